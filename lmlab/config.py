@@ -1,0 +1,83 @@
+"""Typed, frozen model configuration: the few knobs that choose an architecture.
+
+Derived sizes (head dimension, feed-forward width) are computed, never configured, so a
+configuration cannot contradict itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+Norm = Literal["layernorm", "rmsnorm"]
+NormPlacement = Literal["pre", "post"]
+Positions = Literal["learned", "rotary"]
+Activation = Literal["gelu", "gelu_tanh", "swiglu", "geglu"]
+
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    n_layers: int = 2
+    d_model: int = 64
+    n_heads: int = 2
+    max_seq_len: int = 128
+    norm: Norm = "layernorm"
+    norm_placement: NormPlacement = "pre"
+    positions: Positions = "learned"
+    activation: Activation = "gelu"
+    bias: bool = True
+    type_vocab_size: int = 0  # 0 = no token-type (segment A/B) embeddings
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        choices = {
+            "norm": Norm.__args__,
+            "norm_placement": NormPlacement.__args__,
+            "positions": Positions.__args__,
+            "activation": Activation.__args__,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.positions == "rotary" and self.head_dim % 2:
+            raise ValueError(f"rotary positions need an even head dimension, got {self.head_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def ffn_dim(self) -> int:
+        """4·d for plain MLPs; for gated ones 2/3 of that (same parameter count, as in
+        Shazeer 2020 / LLaMA), rounded up to a multiple of 64 for efficient matmuls."""
+        if not self.gated:
+            return 4 * self.d_model
+        return -(-(8 * self.d_model // 3) // 64) * 64
+
+    def with_changes(self, **changes) -> ModelConfig:
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown model config field(s): {', '.join(sorted(unknown))}")
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

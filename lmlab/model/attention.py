@@ -1,0 +1,67 @@
+"""Multi-head self-attention through F.scaled_dot_product_attention, with a KV cache."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmlab.config import ModelConfig
+from lmlab.model.layers import apply_rotary
+from lmlab.model.masks import MaskSpec
+
+
+class KVCache:
+    """Preallocated keys and values for incremental decoding.
+
+    Every layer writes its new keys/values at `length`; the model advances `length` once per
+    forward. Prefilling a prompt (bidirectional for prefix-LM models) is one forward.
+    """
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        shape = (cfg.n_layers, batch_size, cfg.n_heads, max_len, cfg.head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.keys.shape[3]
+
+    def update(self, layer: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        end = self.length + keys.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: {end} positions needed, {self.max_len} allocated")
+        self.keys[layer, :, :, self.length:end] = keys
+        self.values[layer, :, :, self.length:end] = values
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def advance(self, count: int) -> None:
+        self.length += count
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.layer_index = layer_index
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
+                cache: KVCache | None = None) -> Tensor:
+        batch, length, width = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, head_dim)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if cache is not None:
+            k, v = cache.update(self.layer_index, k, v)
+        attn_mask, is_causal = mask.sdpa_arguments(length, k.shape[2])
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))

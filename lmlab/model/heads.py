@@ -1,0 +1,60 @@
+"""Output heads. A vocabulary head can run only at chosen positions (`at`, flat indices into
+B·T): for MLM that skips the ~85% of rows of the costliest matmul that carry no target."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmlab.config import ModelConfig
+from lmlab.model.layers import make_norm
+
+
+def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
+    """(B, T, d) → (N, d) at flat positions `at`, or unchanged when `at` is None."""
+    return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
+
+
+class LMHead(nn.Module):
+    """Hidden state → vocabulary logits (GPT-2 / LLaMA style, no bias)."""
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.decoder = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.decoder.weight = embedding.weight
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
+        return self.decoder(gather_rows(hidden, at))
+
+
+class MLMHead(nn.Module):
+    """BERT's prediction head: dense → GELU → norm → (tied) decoder with an output bias."""
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.transform = nn.Linear(cfg.d_model, cfg.d_model)
+        self.norm = make_norm(cfg)
+        self.decoder = nn.Linear(cfg.d_model, cfg.vocab_size)
+        if cfg.tie_embeddings:
+            self.decoder.weight = embedding.weight
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
+        h = self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
+        return self.decoder(h)
+
+
+class NSPHead(nn.Module):
+    """Next-sentence prediction from the first ([CLS]) position: pooler (dense + tanh) → 2."""
+
+    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
+        self.classifier = nn.Linear(cfg.d_model, 2)
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
+        cls = hidden[:, 0] if at is None else hidden[at, 0]  # `at` selects rows here
+        return self.classifier(self.pooler(cls).tanh())
+
+
+HEADS: dict[str, type[nn.Module]] = {"lm": LMHead, "mlm": MLMHead, "nsp": NSPHead}

@@ -1,0 +1,64 @@
+"""Small building blocks, each chosen by one config field: norms, MLPs, rotary positions."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lmlab.config import ModelConfig
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# The non-linearity of each MLP kind; gated kinds apply it to the gate half only.
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu, "geglu": F.gelu}
+
+
+class MLP(nn.Module):
+    """d → ffn → d. Gated variants (Shazeer 2020) project to a gate and a value at once."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gated = cfg.gated
+        self.act = ACTIVATIONS[cfg.activation]
+        self.up = nn.Linear(cfg.d_model, cfg.ffn_dim * (2 if cfg.gated else 1), bias=cfg.bias)
+        self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, value = h.chunk(2, dim=-1)
+            h = self.act(gate) * value
+        else:
+            h = self.act(h)
+        return self.down(h)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021), half-split layout as in GPT-NeoX/LLaMA."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim
+        self.register_buffer("inv_freq", cfg.rope_theta**-exponents, persistent=False)
+
+    def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin of shape (B, 1, T, head_dim) for the given (B, T) positions."""
+        angles = positions[..., None].float() * self.inv_freq  # (B, T, head_dim/2)
+        angles = torch.cat((angles, angles), dim=-1)[:, None]
+        return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    first, second = x.chunk(2, dim=-1)
+    rotated = torch.cat((-second, first), dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)

@@ -1,0 +1,63 @@
+"""LanguageModel = Transformer backbone + a dict of heads; `forward` is the only entry point."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from torch import Tensor, nn
+
+from lmlab.config import ModelConfig
+from lmlab.model.attention import KVCache
+from lmlab.model.heads import HEADS
+from lmlab.model.masks import MaskSpec
+from lmlab.model.transformer import Transformer
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, heads: Iterable[str] = ("lm",)) -> None:
+        super().__init__()
+        unknown = set(heads) - set(HEADS)
+        if unknown:
+            raise ValueError(f"unknown head(s) {sorted(unknown)}; choose from {sorted(HEADS)}")
+        self.cfg = cfg
+        self.backbone = Transformer(cfg)
+        embedding = self.backbone.token_embedding
+        self.heads = nn.ModuleDict({name: HEADS[name](cfg, embedding) for name in heads})
+        self.apply(self._init_weights)
+        # GPT-2: scale residual-branch outputs by 1/sqrt(2·layers) so the stream's variance
+        # does not grow with depth.
+        for block in self.backbone.blocks:
+            for proj in (block.attn.out, block.mlp.down):
+                nn.init.normal_(proj.weight, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=self.cfg.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
+                token_type_ids: Tensor | None = None,
+                predict_at: Mapping[str, Tensor | None] | None = None,
+                cache: KVCache | None = None) -> dict[str, Tensor]:
+        """Run the backbone, then each requested head.
+
+        `predict_at` maps a head name to flat positions (indices into B·T; rows for `nsp`) or
+        None for every position; by default every head runs everywhere. Returns the hidden
+        states under "hidden" and each head's logits under its name.
+        """
+        hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache)
+        requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)
+        outputs = {"hidden": hidden}
+        for name, at in requests.items():
+            if name not in self.heads:
+                raise ValueError(f"this model has no {name!r} head (it has {list(self.heads)})")
+            outputs[name] = self.heads[name](hidden, at)
+        return outputs
+
+    def num_parameters(self, include_embeddings: bool = True) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        if not include_embeddings:
+            total -= self.backbone.token_embedding.weight.numel()
+        return total

@@ -1,0 +1,77 @@
+"""The backbone: embeddings → blocks → final norm. It never knows the objective."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lmlab.config import ModelConfig
+from lmlab.model.attention import KVCache, SelfAttention
+from lmlab.model.layers import MLP, Rotary, make_norm
+from lmlab.model.masks import MaskSpec
+
+
+class Block(nn.Module):
+    """Attention then MLP, each with a residual; the norm sits before (pre) or after (post)."""
+
+    def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.attn_norm, self.mlp_norm = make_norm(cfg), make_norm(cfg)
+        self.attn = SelfAttention(cfg, layer_index)
+        self.mlp = MLP(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None) -> Tensor:
+        if self.pre_norm:  # GPT-2, LLaMA: normalise the branch input, keep the stream raw
+            x = x + self.dropout(self.attn(self.attn_norm(x), mask, rotary, cache))
+            return x + self.dropout(self.mlp(self.mlp_norm(x)))
+        # BERT: normalise the stream after each residual sum
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, rotary, cache)))
+        return self.mlp_norm(x + self.dropout(self.mlp(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position_embedding = (
+            nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
+        )
+        self.rotary = Rotary(cfg) if cfg.positions == "rotary" else None
+        self.token_type_embedding = (
+            nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+        )
+        # Post-norm models normalise the embeddings (each block ends normalised); pre-norm
+        # models leave the residual stream raw and normalise once at the end.
+        post = cfg.norm_placement == "post"
+        self.embedding_norm = make_norm(cfg) if post else nn.Identity()
+        self.final_norm = nn.Identity() if post else make_norm(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+
+    def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
+                token_type_ids: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """(B, T) ids → (B, T, d_model) hidden states."""
+        batch, length = input_ids.shape
+        if positions is None:
+            start = cache.length if cache is not None else 0
+            if start + length > self.cfg.max_seq_len:
+                raise ValueError(f"{start + length} tokens exceed the model's context of "
+                                 f"{self.cfg.max_seq_len}")
+            positions = torch.arange(start, start + length, device=input_ids.device)
+            positions = positions.expand(batch, length)
+        x = self.token_embedding(input_ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(positions)
+        if self.token_type_embedding is not None:
+            types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
+            x = x + self.token_type_embedding(types)
+        x = self.dropout(self.embedding_norm(x))
+        rotary = self.rotary(positions) if self.rotary is not None else None
+        for block in self.blocks:
+            x = block(x, mask, rotary, cache)
+        if cache is not None:
+            cache.advance(length)
+        return self.final_norm(x)

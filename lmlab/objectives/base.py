@@ -1,0 +1,156 @@
+"""What every objective shares: special-token ids, the Batch it makes, the LossSum it returns.
+
+An objective is pure: `make_batch(tokens, generator, step)` turns a (B, T) block of token ids
+into a Batch using only the ids, the special-token ids and the given torch.Generator;
+`loss(outputs, batch)` turns model outputs into summed losses with their target counts. The
+training loop divides each sum by its count gathered over micro-batches and ranks, so gradient
+accumulation and data parallelism give the gradient of one big batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lmlab.model.masks import MaskSpec
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special tokens and the vocabulary size; no tokenizer object needed."""
+
+    vocab_size: int
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+    bos: int
+    eos: int
+    sentinels: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        ids = self.all_ids
+        if len(set(ids)) != len(ids):
+            raise ValueError("special tokens must have distinct ids")
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            raise ValueError(f"special token ids must lie in [0, {self.vocab_size})")
+        if len(ids) >= self.vocab_size:
+            raise ValueError(f"a vocabulary of {self.vocab_size} leaves no room for ordinary "
+                             f"tokens beside {len(ids)} special ones")
+
+    @property
+    def all_ids(self) -> tuple[int, ...]:
+        named = (self.pad, self.unk, self.cls, self.sep, self.mask, self.bos, self.eos)
+        return named + self.sentinels
+
+    def special_table(self, device=None) -> Tensor:
+        """Boolean (vocab_size,) table: True for special ids."""
+        table = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
+        table[list(self.all_ids)] = True
+        return table
+
+    def ordinary_ids(self) -> Tensor:
+        """All non-special ids, ascending: what random replacement may draw from."""
+        return (~self.special_table()).nonzero().squeeze(1)
+
+    @classmethod
+    def layout(cls, vocab_size: int, n_sentinels: int = 0) -> SpecialTokens:
+        """The layout lmlab tokenizers use: specials first, then sentinels, then the rest."""
+        sentinels = tuple(range(7, 7 + n_sentinels))
+        return cls(vocab_size, pad=0, unk=1, cls=2, sep=3, mask=4, bos=5, eos=6,
+                   sentinels=sentinels)
+
+
+@dataclass
+class Batch:
+    """Model inputs, attention policy and targets for one micro-batch.
+
+    `predict_at` maps each head to flat positions (indices into B·T; rows for `nsp`) where it
+    must produce logits, or None for every position. `targets` holds the target id at each
+    position, IGNORE_INDEX elsewhere.
+    """
+
+    input_ids: Tensor  # (B, T)
+    mask: MaskSpec
+    positions: Tensor  # (B, T)
+    targets: Tensor  # (B, T)
+    predict_at: dict[str, Tensor | None]
+    token_type_ids: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def model_inputs(self) -> dict:
+        return dict(input_ids=self.input_ids, mask=self.mask, positions=self.positions,
+                    token_type_ids=self.token_type_ids, predict_at=self.predict_at)
+
+    def to(self, device: torch.device | str) -> Batch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return replace(
+            self, input_ids=move(self.input_ids), mask=self.mask.to(device),
+            positions=move(self.positions), targets=move(self.targets),
+            token_type_ids=move(self.token_type_ids),
+            predict_at={k: move(v) for k, v in self.predict_at.items()},
+            extras={k: move(v) for k, v in self.extras.items()},
+        )
+
+
+@dataclass
+class LossSum:
+    """Summed losses with their target counts, one term per quantity ("mlm", "nsp", ...).
+
+    The objective's loss is the sum over terms of term_sum / term_count, each count taken over
+    all micro-batches and ranks of a step.
+    """
+
+    terms: dict[str, tuple[Tensor, Tensor]]
+    details: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)  # reported only
+
+    def mean(self, counts: dict[str, Tensor] | None = None) -> Tensor:
+        """Σ sum/count; pass `counts` to normalise by global counts instead of local ones."""
+        total = 0.0
+        for name, (loss_sum, count) in self.terms.items():
+            denominator = counts[name] if counts is not None else count
+            total = total + loss_sum / denominator.clamp(min=1)
+        return total
+
+
+def token_loss_sum(logits: Tensor, targets: Tensor, at: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Summed cross-entropy of `logits` against `targets` (B, T) at flat positions `at`."""
+    flat_targets = targets.reshape(-1) if at is None else targets.reshape(-1)[at]
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    loss = F.cross_entropy(flat_logits.float(), flat_targets, ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+    return loss, (flat_targets != IGNORE_INDEX).sum()
+
+
+class Objective:
+    """Base for token-prediction objectives: one vocabulary head, one loss term."""
+
+    name: str = "objective"
+    heads: tuple[str, ...] = ("lm",)
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        raise NotImplementedError
+
+    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+        (head,) = self.heads
+        return LossSum({self.name: token_loss_sum(outputs[head], batch.targets,
+                                                  batch.predict_at[head])})
+
+
+def next_token_targets(tokens: Tensor, segment_ids: Tensor) -> Tensor:
+    """targets[i] = tokens[i+1] where i+1 lies in the same (non-padding) document."""
+    targets = torch.full_like(tokens, IGNORE_INDEX)
+    same_document = (segment_ids[:, 1:] == segment_ids[:, :-1]) & (segment_ids[:, 1:] > 0)
+    targets[:, :-1] = torch.where(same_document, tokens[:, 1:], IGNORE_INDEX)
+    return targets
+
+
+def flat_positions(where: Tensor) -> Tensor:
+    """Flat indices into B·T of the True entries of a (B, T) boolean tensor."""
+    return where.reshape(-1).nonzero().squeeze(1)

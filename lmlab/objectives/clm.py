@@ -1,0 +1,34 @@
+"""Causal language modelling: predict every next token (Radford et al. 2018)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lmlab.model.masks import MaskSpec
+from lmlab.objectives.base import Batch, Objective, SpecialTokens, next_token_targets
+from lmlab.objectives.documents import document_layout
+
+
+class CausalLM(Objective):
+    """Before / after (`|` = [EOS] closing a packed document, `-` = ignored target):
+
+        tokens   the cat sat |   a  dog
+        inputs   the cat sat |   a  dog        attention: causal, within each document
+        targets  cat sat  |  -  dog  -         (no target crosses into the next document)
+    """
+
+    name = "clm"
+    heads = ("lm",)
+
+    def __init__(self, special: SpecialTokens) -> None:
+        self.special = special
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        segments, positions = document_layout(tokens, self.special)
+        real = segments if segments is not None else torch.ones_like(tokens)
+        return Batch(
+            input_ids=tokens, mask=MaskSpec("causal", segment_ids=segments),
+            positions=positions, targets=next_token_targets(tokens, real),
+            predict_at={"lm": None},
+        )

@@ -1,0 +1,138 @@
+"""Hybrid objectives: a per-batch mixture of rows, or an alternating schedule."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lmlab.model.masks import MaskSpec
+from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective
+
+
+def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:
+    """Split `batch_size` rows by weight (largest remainder), at least one row each when the
+    batch allows, so every head gets a gradient every step."""
+    if batch_size < len(weights):
+        raise ValueError(f"a batch of {batch_size} rows cannot hold {len(weights)} objectives")
+    total = sum(weights)
+    spare = batch_size - len(weights)
+    shares = [spare * w / total for w in weights]
+    counts = [1 + int(share) for share in shares]
+    by_remainder = sorted(range(len(weights)), key=lambda i: int(shares[i]) - shares[i])
+    for i in by_remainder[: batch_size - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def as_prefix_mask(mask: MaskSpec, batch: int, length: int) -> MaskSpec:
+    """Express any kind row-wise as a prefix mask (causal = prefix 0, bidirectional = T)."""
+    if mask.kind == "prefix":
+        prefix = mask.prefix_len
+    else:
+        prefix = torch.full((batch,), 0 if mask.kind == "causal" else length, dtype=torch.long)
+    segments = mask.segment_ids
+    if segments is None:
+        segments = torch.ones(batch, length, dtype=torch.long)
+    return MaskSpec("prefix", prefix_len=prefix, segment_ids=segments)
+
+
+def concatenate_batches(parts: list[Batch]) -> Batch:
+    """Stack sub-batches' rows into one batch; flat positions shift with their rows."""
+    length = parts[0].input_ids.shape[1]
+    masks = [as_prefix_mask(p.mask, len(p.input_ids), length) for p in parts]
+    predict_at: dict[str, list[Tensor]] = {}
+    row_offset = 0
+    for part in parts:
+        for head, at in part.predict_at.items():
+            if at is None:
+                at = torch.arange(part.input_ids.numel())
+            shift = row_offset if head == "nsp" else row_offset * length
+            predict_at.setdefault(head, []).append(at + shift)
+        row_offset += len(part.input_ids)
+    types = [p.token_type_ids if p.token_type_ids is not None
+             else torch.zeros_like(p.input_ids) for p in parts]
+    return Batch(
+        input_ids=torch.cat([p.input_ids for p in parts]),
+        mask=MaskSpec("prefix", prefix_len=torch.cat([m.prefix_len for m in masks]),
+                      segment_ids=torch.cat([m.segment_ids for m in masks])),
+        positions=torch.cat([p.positions for p in parts]),
+        targets=torch.cat([p.targets for p in parts]),
+        predict_at={head: torch.cat(ats) for head, ats in predict_at.items()},
+        token_type_ids=torch.cat(types),
+        extras={"rows_per_objective": torch.tensor([len(p.input_ids) for p in parts])},
+    )
+
+
+class Mixture(Objective):
+    """Every batch's rows split across token objectives by weight, in one forward pass; e.g.
+    GPT-BERT (Charpentier & Samuel 2024): Mixture([CausalLM, MaskedLM(next_token=True)],
+    [1, 15]). Rows of all kinds share one prefix-form mask. The loss pools all targets into
+    one mean (each target counts once); each part's own mean is reported in `details`.
+    """
+
+    name = "mix"
+
+    def __init__(self, objectives: list[Objective], weights: list[float]) -> None:
+        if len(objectives) != len(weights) or not objectives:
+            raise ValueError("a mixture needs one weight per objective")
+        if min(weights) <= 0:
+            raise ValueError("mixture weights must be positive")
+        if any("nsp" in o.heads for o in objectives):
+            raise ValueError("next-sentence prediction cannot be mixed; use it on its own")
+        self.objectives, self.weights = objectives, weights
+        self.heads = tuple(dict.fromkeys(h for o in objectives for h in o.heads))
+        names = [o.name for o in objectives]
+        self.part_names = [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        counts = rows_per_objective(len(tokens), self.weights)
+        rows = tokens.split(counts)
+        return concatenate_batches([o.make_batch(r, generator, step)
+                                    for o, r in zip(self.objectives, rows, strict=True)])
+
+    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+        length = batch.input_ids.shape[1]
+        row_ends = torch.cumsum(batch.extras["rows_per_objective"], 0)
+        zero = outputs["hidden"].new_zeros((), dtype=torch.float32)
+        pooled = [zero, torch.tensor(0)]
+        details = {name: [zero, torch.tensor(0)] for name in self.part_names}
+        for head in self.heads:
+            at = batch.predict_at[head]
+            targets = batch.targets.reshape(-1)[at]
+            losses = F.cross_entropy(outputs[head].float(), targets,
+                                     ignore_index=IGNORE_INDEX, reduction="none")
+            valid = targets != IGNORE_INDEX
+            owner = torch.searchsorted(row_ends, at // length, right=True)
+            for index, name in enumerate(self.part_names):
+                mine = owner == index
+                details[name][0] = details[name][0] + losses[mine].sum()
+                details[name][1] = details[name][1] + (valid & mine).sum()
+            pooled = [pooled[0] + losses.sum(), pooled[1] + valid.sum()]
+        return LossSum({self.name: tuple(pooled)},
+                       details={name: tuple(v) for name, v in details.items()})
+
+
+class Alternating(Objective):
+    """Switch objective every `every_steps` optimiser steps (AntLM, Yu et al. 2024), e.g.
+    Alternating([CausalLM(...), MaskedLM(...)], every_steps=1000)."""
+
+    name = "alternate"
+
+    def __init__(self, objectives: list[Objective], every_steps: int) -> None:
+        if not objectives or every_steps < 1:
+            raise ValueError("alternation needs objectives and every_steps >= 1")
+        self.objectives, self.every_steps = objectives, every_steps
+        self.heads = tuple(dict.fromkeys(h for o in objectives for h in o.heads))
+
+    def index_at(self, step: int) -> int:
+        return (step // self.every_steps) % len(self.objectives)
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        index = self.index_at(step)
+        batch = self.objectives[index].make_batch(tokens, generator, step)
+        batch.extras["objective_index"] = torch.tensor(index)
+        return batch
+
+    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+        return self.objectives[int(batch.extras["objective_index"])].loss(outputs, batch)

@@ -1,0 +1,120 @@
+"""Masked language modelling (Devlin et al. 2019) and its common variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lmlab.model.masks import MaskSpec
+from lmlab.objectives import masking
+from lmlab.objectives.base import (
+    IGNORE_INDEX,
+    Batch,
+    Objective,
+    SpecialTokens,
+    flat_positions,
+)
+from lmlab.objectives.documents import document_layout
+
+
+@dataclass(frozen=True)
+class LinearRate:
+    """A masking rate moving linearly from `start` to `end` over `steps` (then constant);
+    e.g. LinearRate(0.30, 0.15, 10_000) as in Ankner et al. 2024."""
+
+    start: float
+    end: float
+    steps: int
+
+    def __call__(self, step: int) -> float:
+        progress = min(max(step / max(self.steps, 1), 0.0), 1.0)
+        return self.start + (self.end - self.start) * progress
+
+
+class MaskedLM(Objective):
+    """Select `rate` of the ordinary tokens, corrupt them 80/10/10, predict the originals.
+
+    Before / after (rate 0.3, `M` = [MASK], `-` = ignored target):
+
+        tokens   [CLS] the  cat  sat  down [SEP]
+        inputs   [CLS] the  M    sat  mat  [SEP]     (cat → [MASK], down → random "mat")
+        targets    -    -   cat   -   down   -
+
+    Options: `selection="exact"` selects exactly round(rate × eligible) per row; `whole_word`
+    selects whole words, using a per-vocabulary `word_start_table`; `span` selects SpanBERT
+    spans; `rate` may be a LinearRate schedule; `next_token` (GPT-BERT, Charpentier & Samuel
+    2024) predicts each masked token at the position before it, so the same head and shift
+    serve masked and causal rows.
+    """
+
+    name = "mlm"
+
+    def __init__(self, special: SpecialTokens, rate: float | LinearRate = 0.15,
+                 mask_prob: float = 0.8, random_prob: float = 0.1,
+                 selection: Literal["bernoulli", "exact"] = "bernoulli",
+                 whole_word: bool = False, word_start_table: Tensor | None = None,
+                 span: bool = False, next_token: bool = False, head: str | None = None,
+                 isolate_documents: bool = True) -> None:
+        if not 0.0 <= mask_prob + random_prob <= 1.0 or min(mask_prob, random_prob) < 0:
+            raise ValueError("mask_prob and random_prob must be >= 0 and sum to at most 1")
+        if whole_word and word_start_table is None:
+            raise ValueError("whole-word masking needs a word_start_table from the tokenizer")
+        if whole_word and span:
+            raise ValueError("choose whole-word or span masking, not both")
+        if selection not in ("bernoulli", "exact"):
+            raise ValueError(f"selection must be 'bernoulli' or 'exact', got {selection!r}")
+        self.special = special
+        self.rate = rate
+        self.mask_prob, self.random_prob = mask_prob, random_prob
+        self.selection, self.whole_word, self.span = selection, whole_word, span
+        self.word_start_table = word_start_table
+        self.next_token = next_token
+        self.head = head or ("lm" if next_token else "mlm")
+        self.heads = (self.head,)
+        self.isolate_documents = isolate_documents
+        self._special_table = special.special_table()
+        self._ordinary_ids = special.ordinary_ids()
+
+    def rate_at(self, step: int) -> float:
+        return self.rate(step) if callable(self.rate) else self.rate
+
+    def select(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Tensor:
+        """Boolean (B, T): the positions whose original token becomes a target."""
+        special = self._special_table[tokens]
+        eligible = ~special
+        if self.next_token:
+            eligible[:, 0] = False  # nothing before it to predict it from
+        rate = self.rate_at(step)
+        if self.whole_word:
+            starts = masking.word_starts_from_table(tokens, self.word_start_table, special)
+            return masking.select_whole_words(eligible, starts, rate, generator,
+                                              exact=self.selection == "exact")
+        if self.span:
+            return masking.select_spans(eligible, rate, generator)
+        if self.selection == "exact":
+            return masking.select_exact(eligible, rate, generator)
+        return masking.select_bernoulli(eligible, rate, generator)
+
+    def corrupt(self, tokens: Tensor, generator: torch.Generator,
+                step: int = 0) -> tuple[Tensor, Tensor]:
+        """(inputs, targets) for `tokens`; targets hold originals at selected positions."""
+        selected = self.select(tokens, generator, step)
+        inputs = masking.replace_selected(tokens, selected, self.special.mask,
+                                          self._ordinary_ids, self.mask_prob,
+                                          self.random_prob, generator)
+        targets = torch.where(selected, tokens, IGNORE_INDEX)
+        if self.next_token:
+            targets = torch.cat((targets[:, 1:], torch.full_like(targets[:, :1], IGNORE_INDEX)), 1)
+        return inputs, targets
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        inputs, targets = self.corrupt(tokens, generator, step)
+        segments, positions = document_layout(tokens, self.special, self.isolate_documents)
+        return Batch(
+            input_ids=inputs, mask=MaskSpec("bidirectional", segment_ids=segments),
+            positions=positions, targets=targets,
+            predict_at={self.head: flat_positions(targets != IGNORE_INDEX)},
+        )
