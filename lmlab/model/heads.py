@@ -58,3 +58,4 @@ class NSPHead(nn.Module):
 
 
 HEADS: dict[str, type[nn.Module]] = {"lm": LMHead, "mlm": MLMHead, "nsp": NSPHead}
+ROW_HEADS = frozenset({"nsp"})  # heads whose `at` selects rows, not flat token positions

@@ -38,6 +38,10 @@ class MaskSpec:
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MaskSpec(self.kind, move(self.prefix_len), move(self.segment_ids))
 
+    def rows(self, start: int, stop: int) -> MaskSpec:
+        cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
+        return MaskSpec(self.kind, cut(self.prefix_len), cut(self.segment_ids))
+
     def sdpa_arguments(self, query_len: int, key_len: int) -> tuple[Tensor | None, bool]:
         """(attn_mask, is_causal) for F.scaled_dot_product_attention.
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lmlab.model.heads import ROW_HEADS
 from lmlab.model.masks import MaskSpec
 
 IGNORE_INDEX = -100
@@ -87,6 +88,24 @@ class Batch:
     def model_inputs(self) -> dict:
         return dict(input_ids=self.input_ids, mask=self.mask, positions=self.positions,
                     token_type_ids=self.token_type_ids, predict_at=self.predict_at)
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """The sub-batch of rows [start, stop), e.g. one micro-batch of a larger batch."""
+        length = self.input_ids.shape[1]
+        cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
+        predict_at = {}
+        for head, at in self.predict_at.items():
+            if at is not None:
+                first, last = (start, stop) if head in ROW_HEADS else (start * length,
+                                                                      stop * length)
+                at = at[(at >= first) & (at < last)] - first
+            predict_at[head] = at
+        return Batch(
+            input_ids=cut(self.input_ids), mask=self.mask.rows(start, stop),
+            positions=cut(self.positions), targets=cut(self.targets), predict_at=predict_at,
+            token_type_ids=cut(self.token_type_ids),
+            extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
+        )
 
     def to(self, device: torch.device | str) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lmlab.model.heads import ROW_HEADS
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective
 
@@ -47,7 +48,7 @@ def concatenate_batches(parts: list[Batch]) -> Batch:
         for head, at in part.predict_at.items():
             if at is None:
                 at = torch.arange(part.input_ids.numel())
-            shift = row_offset if head == "nsp" else row_offset * length
+            shift = row_offset if head in ROW_HEADS else row_offset * length
             predict_at.setdefault(head, []).append(at + shift)
         row_offset += len(part.input_ids)
     types = [p.token_type_ids if p.token_type_ids is not None

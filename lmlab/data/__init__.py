@@ -1,0 +1,1 @@
+"""Data: tokenizers, corpora and token shards."""

@@ -1,0 +1,19 @@
+import pytest
+import torch
+
+from lmlab.objectives import SpecialTokens
+
+
+@pytest.fixture
+def special() -> SpecialTokens:
+    return SpecialTokens.layout(vocab_size=200, n_sentinels=20)
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def random_block(special: SpecialTokens, rows: int, length: int, seed: int = 0) -> torch.Tensor:
+    """Ordinary tokens only (ids above every special id)."""
+    first = max(special.all_ids) + 1
+    return torch.randint(first, special.vocab_size, (rows, length), generator=seeded(seed))

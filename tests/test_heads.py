@@ -1,0 +1,57 @@
+"""Heads: the sparse vocabulary projection equals the dense one at the target positions."""
+
+import pytest
+import torch
+
+from lmlab.model import LanguageModel, MaskSpec
+from lmlab.objectives import IGNORE_INDEX, MaskedLM
+from lmlab.objectives.base import token_loss_sum
+from lmlab.presets import preset
+from tests.conftest import random_block, seeded
+
+
+@pytest.mark.parametrize("head", ["mlm", "lm"])
+def test_sparse_head_equals_dense_head_at_target_positions(special, head):
+    torch.manual_seed(0)
+    model = LanguageModel(preset("bert-tiny", special.vocab_size, 64, dropout=0.0),
+                          heads=(head,)).eval()
+    batch = MaskedLM(special, head=head).make_batch(random_block(special, 4, 32), seeded(1))
+    inputs = batch.model_inputs()
+    sparse = model(**inputs)[head]
+    dense = model(**{**inputs, "predict_at": {head: None}})[head]
+    at = batch.predict_at[head]
+    assert sparse.shape == (len(at), special.vocab_size) and len(at) > 0
+    torch.testing.assert_close(sparse, dense.reshape(-1, special.vocab_size)[at],
+                               atol=1e-6, rtol=1e-6)
+    sparse_loss = token_loss_sum(sparse, batch.targets, at)
+    dense_loss = token_loss_sum(dense, batch.targets, None)
+    torch.testing.assert_close(sparse_loss[0], dense_loss[0])
+    assert sparse_loss[1] == dense_loss[1] == int((batch.targets != IGNORE_INDEX).sum())
+
+
+def test_tied_heads_share_the_embedding_matrix(special):
+    model = LanguageModel(preset("gpt2-tiny", special.vocab_size, 64), heads=("lm", "mlm"))
+    embedding = model.backbone.token_embedding.weight
+    assert model.heads["lm"].decoder.weight is embedding
+    assert model.heads["mlm"].decoder.weight is embedding
+    untied = LanguageModel(preset("gpt2-tiny", special.vocab_size, 64, tie_embeddings=False))
+    assert untied.heads["lm"].decoder.weight is not untied.backbone.token_embedding.weight
+
+
+def test_nsp_head_reads_the_first_position(special):
+    torch.manual_seed(0)
+    model = LanguageModel(preset("bert-tiny", special.vocab_size, 64, dropout=0.0),
+                          heads=("nsp",)).eval()
+    ids = random_block(special, 2, 16)
+    out = model(ids, MaskSpec("bidirectional"))
+    assert out["nsp"].shape == (2, 2)
+    expected = model.heads["nsp"].classifier(model.heads["nsp"].pooler(out["hidden"][:, 0]).tanh())
+    torch.testing.assert_close(out["nsp"], expected)
+
+
+def test_unknown_head_is_a_clear_error(special):
+    with pytest.raises(ValueError, match="unknown head"):
+        LanguageModel(preset("bert-tiny", special.vocab_size), heads=("qa-span",))
+    model = LanguageModel(preset("bert-tiny", special.vocab_size), heads=("lm",))
+    with pytest.raises(ValueError, match="no 'mlm' head"):
+        model(random_block(special, 1, 8), MaskSpec("causal"), predict_at={"mlm": None})
