@@ -12,17 +12,20 @@ from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective
 
 
 def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:
-    """Split `batch_size` rows by weight (largest remainder), at least one row each when the
-    batch allows, so every head gets a gradient every step."""
+    """Split `batch_size` rows in proportion to `weights` (largest remainder), then give any
+    objective left without a row one from the largest share, so every head gets a gradient
+    every step."""
     if batch_size < len(weights):
         raise ValueError(f"a batch of {batch_size} rows cannot hold {len(weights)} objectives")
-    total = sum(weights)
-    spare = batch_size - len(weights)
-    shares = [spare * w / total for w in weights]
-    counts = [1 + int(share) for share in shares]
-    by_remainder = sorted(range(len(weights)), key=lambda i: int(shares[i]) - shares[i])
+    quotas = [batch_size * w / sum(weights) for w in weights]
+    counts = [int(q) for q in quotas]
+    by_remainder = sorted(range(len(weights)), key=lambda i: int(quotas[i]) - quotas[i])
     for i in by_remainder[: batch_size - sum(counts)]:
         counts[i] += 1
+    for i in range(len(counts)):
+        if counts[i] == 0:
+            counts[counts.index(max(counts))] -= 1
+            counts[i] = 1
     return counts
 
 
