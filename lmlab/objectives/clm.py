@@ -7,7 +7,7 @@ from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Batch, Objective, SpecialTokens, next_token_targets
-from lmlab.objectives.documents import document_layout
+from lmlab.objectives.documents import attention_segments, document_layout
 
 
 class CausalLM(Objective):
@@ -26,9 +26,8 @@ class CausalLM(Objective):
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         segments, positions = document_layout(tokens, self.special)
-        real = segments if segments is not None else torch.ones_like(tokens)
         return Batch(
-            input_ids=tokens, mask=MaskSpec("causal", segment_ids=segments),
-            positions=positions, targets=next_token_targets(tokens, real),
+            input_ids=tokens, mask=MaskSpec("causal", segment_ids=attention_segments(segments)),
+            positions=positions, targets=next_token_targets(tokens, segments),
             predict_at={"lm": None},
         )

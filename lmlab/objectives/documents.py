@@ -12,17 +12,16 @@ from lmlab.objectives.base import SpecialTokens
 
 
 def document_layout(tokens: Tensor, special: SpecialTokens,
-                    isolate_documents: bool = True) -> tuple[Tensor | None, Tensor]:
-    """(segment_ids or None, positions) for a (B, T) block.
-
-    Segment ids are None when the block is one unpadded document per row, which keeps
-    attention on its fastest path. Positions restart at 0 in each isolated document.
-    """
+                    isolate_documents: bool = True) -> tuple[Tensor, Tensor]:
+    """(segment_ids, positions) for a (B, T) block; positions restart in each document."""
     if isolate_documents:
         segments = segments_from_document_ends(tokens, special.eos, special.pad)
     else:
         segments = (tokens != special.pad).long()
-    positions = positions_within_segments(segments)
-    if bool((segments == 1).all()):
-        return None, positions
-    return segments, positions
+    return segments, positions_within_segments(segments)
+
+
+def attention_segments(segment_ids: Tensor) -> Tensor | None:
+    """None when every row is one unpadded document, which keeps attention on its fastest
+    path; otherwise the segment ids themselves."""
+    return None if bool((segment_ids == 1).all()) else segment_ids

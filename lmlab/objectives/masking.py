@@ -5,6 +5,8 @@ Every function takes boolean (B, T) tensors and a torch.Generator; none knows a 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -70,22 +72,27 @@ def select_whole_words(eligible: Tensor, word_starts: Tensor, rate: float,
     return selected & word_eligible
 
 
+def geometric_length(u: float, p: float, max_length: int) -> int:
+    """Inverse-CDF draw from Geometric(p) on {1, 2, ...} for u in (0, 1], clipped."""
+    return min(max_length, 1 + int(math.log(u) / math.log1p(-p)))
+
+
 def select_spans(eligible: Tensor, rate: float, generator: torch.Generator,
                  geometric_p: float = 0.2, max_span: int = 10) -> Tensor:
-    """SpanBERT-style: contiguous spans with Geometric(p) lengths clipped to `max_span`,
-    placed at random eligible starts until round(rate × eligible) tokens are selected."""
+    """SpanBERT (Joshi et al. 2020): contiguous spans of Geometric(p) length clipped to
+    `max_span`, at random eligible starts, until round(rate × eligible) tokens are selected.
+    A span stops early at an ineligible token and is cut to the remaining budget."""
     selected = torch.zeros_like(eligible)
-    budgets = selection_budget(eligible, rate)
     length = eligible.shape[1]
-    for row in range(eligible.shape[0]):
-        candidates = eligible[row].nonzero().squeeze(1)
-        count, attempts = 0, 0
-        while count < budgets[row] and attempts < 10 * length:
-            attempts += 1
-            u = torch.rand(2, generator=generator, dtype=torch.float64)
-            span = min(max_span, 1 + int(torch.log(u[0]) / torch.log1p(torch.tensor(-geometric_p))))
-            span = min(span, int(budgets[row]) - count)
-            start = int(candidates[int(u[1] * len(candidates))])
+    for row, budget in enumerate(selection_budget(eligible, rate).tolist()):
+        candidates = eligible[row].nonzero().squeeze(1).tolist()
+        count = 0
+        for _ in range(10 * length):  # bounded: overlapping draws may add nothing
+            if count >= budget:
+                break
+            u_length, u_start = torch.rand(2, generator=generator, dtype=torch.float64).tolist()
+            span = min(geometric_length(1.0 - u_length, geometric_p, max_span), budget - count)
+            start = candidates[int(u_start * len(candidates))]
             stop = start
             while stop < length and stop - start < span and eligible[row, stop]:
                 stop += 1

@@ -17,7 +17,7 @@ from lmlab.objectives.base import (
     SpecialTokens,
     flat_positions,
 )
-from lmlab.objectives.documents import document_layout
+from lmlab.objectives.documents import attention_segments, document_layout
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ class MaskedLM(Objective):
         inputs, targets = self.corrupt(tokens, generator, step)
         segments, positions = document_layout(tokens, self.special, self.isolate_documents)
         return Batch(
-            input_ids=inputs, mask=MaskSpec("bidirectional", segment_ids=segments),
+            input_ids=inputs,
+            mask=MaskSpec("bidirectional", segment_ids=attention_segments(segments)),
             positions=positions, targets=targets,
             predict_at={self.head: flat_positions(targets != IGNORE_INDEX)},
         )

@@ -14,7 +14,7 @@ from lmlab.objectives.base import (
     SpecialTokens,
     next_token_targets,
 )
-from lmlab.objectives.documents import document_layout
+from lmlab.objectives.documents import attention_segments, document_layout
 
 
 class PrefixLM(Objective):
@@ -47,12 +47,12 @@ class PrefixLM(Objective):
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         segments, positions = document_layout(tokens, self.special)
-        real = segments if segments is not None else torch.ones_like(tokens)
         prefix_len = self.split_points((tokens != self.special.pad).sum(1), generator)
-        targets = next_token_targets(tokens, real)
+        targets = next_token_targets(tokens, segments)
         index = torch.arange(tokens.shape[1])
         targets = targets.masked_fill(index[None, :] < prefix_len[:, None] - 1, IGNORE_INDEX)
         return Batch(
-            input_ids=tokens, mask=MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segments),
+            input_ids=tokens, mask=MaskSpec("prefix", prefix_len=prefix_len,
+                                             segment_ids=attention_segments(segments)),
             positions=positions, targets=targets, predict_at={"lm": None},
         )

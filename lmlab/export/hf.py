@@ -1,0 +1,354 @@
+"""Hugging Face ↔ lmlab weights: one name table per family, in the spirit of torchtitan's and
+litgpt's converters.
+
+A table maps each lmlab parameter (`{i}` standing for the layer index) to the Hugging Face
+key(s) holding it, and names the transform between them: the same tensor, GPT-2's transposed
+Conv1D layout, or one fused lmlab projection split into several HF ones (q/k/v, gate/up).
+
+    bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction)
+    gpt2   ↔ GPT2LMHeadModel
+    modern ↔ LlamaForCausalLM
+
+Only the state-dict conversion lives here; `transformers` is imported only to build a config,
+so converting weights does not need it installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from lmlab.config import ModelConfig
+from lmlab.model import LanguageModel
+from lmlab.presets import FAMILIES
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+# --- transforms: one lmlab tensor ↔ the tensors under one or more HF keys -------------------
+
+@dataclass(frozen=True)
+class Transform:
+    to_hf: Callable[[Tensor, int], list[Tensor]]  # (tensor, number of HF keys) → their tensors
+    from_hf: Callable[[list[Tensor]], Tensor]
+
+
+def _split_rows(tensor: Tensor, parts: int) -> list[Tensor]:
+    return list(tensor.chunk(parts))  # fused projections stack their parts on the output dim
+
+
+def _stack_rows(tensors: list[Tensor]) -> Tensor:
+    return torch.cat(tensors)
+
+
+def _transpose_matrix(tensor: Tensor) -> Tensor:
+    return tensor.t() if tensor.ndim == 2 else tensor  # a bias has no layout to change
+
+
+SAME = Transform(lambda tensor, parts: [tensor], lambda tensors: tensors[0])
+# lmlab's qkv is [q; k; v] and a gated MLP's `up` is [gate; value] (MLP.forward chunks it in
+# that order), while Llama and BERT keep one Linear per part.
+FUSED = Transform(_split_rows, _stack_rows)
+# GPT-2's Conv1D stores weights as (in, out), the transpose of nn.Linear.
+CONV1D = Transform(lambda tensor, parts: [_transpose_matrix(tensor)],
+                   lambda tensors: _transpose_matrix(tensors[0]))
+# One lmlab tensor that HF keeps under several keys; the first is the one HF computes with.
+DUPLICATED = Transform(lambda tensor, parts: [tensor] * parts, lambda tensors: tensors[0])
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    theirs: tuple[str, ...]  # HF keys, `{i}` standing for the layer index
+    transform: Transform = SAME
+
+
+def _params(names: tuple[str, ...], ours: str, theirs: tuple[str, ...],
+            transform: Transform) -> dict[str, Rule]:
+    """Module-level mapping → parameter-level rules; parameter names are the same both sides."""
+    return {f"{ours}.{name}": Rule(tuple(f"{module}.{name}" for module in theirs), transform)
+            for name in names}
+
+
+def _weight(ours: str, *theirs: str, transform: Transform = SAME) -> dict[str, Rule]:
+    return _params(("weight",), ours, theirs, transform)
+
+
+def _weight_and_bias(ours: str, *theirs: str, transform: Transform = SAME) -> dict[str, Rule]:
+    return _params(("weight", "bias"), ours, theirs, transform)
+
+
+@dataclass(frozen=True)
+class Family:
+    config: Callable[[ModelConfig], PretrainedConfig]
+    heads: tuple[str, ...]  # the lmlab heads of the HF class this family targets
+    rules: dict[str, Rule]  # lmlab parameter → its HF keys
+    # HF key → the HF key it repeats when embeddings are tied; saved checkpoints omit it.
+    tied: dict[str, str]
+
+
+def _common_config(cfg: ModelConfig) -> dict:
+    return dict(
+        vocab_size=cfg.vocab_size, tie_word_embeddings=cfg.tie_embeddings,
+        initializer_range=cfg.init_std, attn_implementation="sdpa",
+        # Special ids belong to the tokenizer, not the architecture; HF's defaults (GPT-2's
+        # 50256, say) would point outside a small vocabulary.
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+
+
+def _bert_config(cfg: ModelConfig) -> PretrainedConfig:
+    from transformers import BertConfig
+
+    return BertConfig(
+        hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim, hidden_act="gelu",
+        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
+        max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.type_vocab_size,
+        layer_norm_eps=cfg.norm_eps, **_common_config(cfg),
+    )
+
+
+def _gpt2_config(cfg: ModelConfig) -> PretrainedConfig:
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads, n_inner=cfg.ffn_dim,
+        activation_function="gelu_new",  # GPT-2's tanh approximation, our "gelu_tanh"
+        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
+        n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps, **_common_config(cfg),
+    )
+
+
+def _llama_config(cfg: ModelConfig) -> PretrainedConfig:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads,
+        intermediate_size=cfg.ffn_dim, hidden_act="silu", rms_norm_eps=cfg.norm_eps,
+        max_position_embeddings=cfg.max_seq_len, rope_theta=cfg.rope_theta,
+        attention_bias=False, mlp_bias=False,
+        attention_dropout=cfg.dropout,  # Llama has no residual or embedding dropout
+        **_common_config(cfg),
+    )
+
+
+_BLOCK = "backbone.blocks.{i}"
+_BERT_LAYER = "bert.encoder.layer.{i}"
+_GPT2_LAYER = "transformer.h.{i}"
+_LLAMA_LAYER = "model.layers.{i}"
+
+BERT = Family(
+    config=_bert_config,
+    heads=("mlm", "nsp"),
+    rules={
+        **_weight("backbone.token_embedding", "bert.embeddings.word_embeddings"),
+        **_weight("backbone.position_embedding", "bert.embeddings.position_embeddings"),
+        **_weight("backbone.token_type_embedding", "bert.embeddings.token_type_embeddings"),
+        **_weight_and_bias("backbone.embedding_norm", "bert.embeddings.LayerNorm"),
+        **_weight_and_bias(f"{_BLOCK}.attn.qkv", *(f"{_BERT_LAYER}.attention.self.{part}"
+                                                   for part in ("query", "key", "value")),
+                           transform=FUSED),
+        **_weight_and_bias(f"{_BLOCK}.attn.out", f"{_BERT_LAYER}.attention.output.dense"),
+        **_weight_and_bias(f"{_BLOCK}.attn_norm", f"{_BERT_LAYER}.attention.output.LayerNorm"),
+        **_weight_and_bias(f"{_BLOCK}.mlp.up", f"{_BERT_LAYER}.intermediate.dense"),
+        **_weight_and_bias(f"{_BLOCK}.mlp.down", f"{_BERT_LAYER}.output.dense"),
+        **_weight_and_bias(f"{_BLOCK}.mlp_norm", f"{_BERT_LAYER}.output.LayerNorm"),
+        **_weight_and_bias("heads.mlm.transform", "cls.predictions.transform.dense"),
+        **_weight_and_bias("heads.mlm.norm", "cls.predictions.transform.LayerNorm"),
+        **_weight("heads.mlm.decoder", "cls.predictions.decoder"),
+        # HF holds the output bias twice: the decoder's own, and `predictions.bias` tied to it.
+        "heads.mlm.decoder.bias": Rule(
+            ("cls.predictions.decoder.bias", "cls.predictions.bias"), DUPLICATED),
+        **_weight_and_bias("heads.nsp.pooler", "bert.pooler.dense"),
+        **_weight_and_bias("heads.nsp.classifier", "cls.seq_relationship"),
+    },
+    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+)
+
+GPT2 = Family(
+    config=_gpt2_config,
+    heads=("lm",),
+    rules={
+        **_weight("backbone.token_embedding", "transformer.wte"),
+        **_weight("backbone.position_embedding", "transformer.wpe"),
+        **_weight_and_bias(f"{_BLOCK}.attn_norm", f"{_GPT2_LAYER}.ln_1"),
+        # c_attn is fused [q, k, v] like our qkv, so it only needs the Conv1D transpose.
+        **_weight_and_bias(f"{_BLOCK}.attn.qkv", f"{_GPT2_LAYER}.attn.c_attn", transform=CONV1D),
+        **_weight_and_bias(f"{_BLOCK}.attn.out", f"{_GPT2_LAYER}.attn.c_proj", transform=CONV1D),
+        **_weight_and_bias(f"{_BLOCK}.mlp_norm", f"{_GPT2_LAYER}.ln_2"),
+        **_weight_and_bias(f"{_BLOCK}.mlp.up", f"{_GPT2_LAYER}.mlp.c_fc", transform=CONV1D),
+        **_weight_and_bias(f"{_BLOCK}.mlp.down", f"{_GPT2_LAYER}.mlp.c_proj", transform=CONV1D),
+        **_weight_and_bias("backbone.final_norm", "transformer.ln_f"),
+        **_weight("heads.lm.decoder", "lm_head"),
+    },
+    tied={"lm_head.weight": "transformer.wte.weight"},
+)
+
+LLAMA = Family(
+    config=_llama_config,
+    heads=("lm",),
+    rules={
+        **_weight("backbone.token_embedding", "model.embed_tokens"),
+        **_weight(f"{_BLOCK}.attn_norm", f"{_LLAMA_LAYER}.input_layernorm"),
+        # Both use the half-split rotary layout, so q and k need no permutation.
+        **_weight(f"{_BLOCK}.attn.qkv", *(f"{_LLAMA_LAYER}.self_attn.{part}_proj"
+                                          for part in ("q", "k", "v")), transform=FUSED),
+        **_weight(f"{_BLOCK}.attn.out", f"{_LLAMA_LAYER}.self_attn.o_proj"),
+        **_weight(f"{_BLOCK}.mlp_norm", f"{_LLAMA_LAYER}.post_attention_layernorm"),
+        **_weight(f"{_BLOCK}.mlp.up", f"{_LLAMA_LAYER}.mlp.gate_proj",
+                  f"{_LLAMA_LAYER}.mlp.up_proj", transform=FUSED),
+        **_weight(f"{_BLOCK}.mlp.down", f"{_LLAMA_LAYER}.mlp.down_proj"),
+        **_weight("backbone.final_norm", "model.norm"),
+        **_weight("heads.lm.decoder", "lm_head"),
+    },
+    tied={"lm_head.weight": "model.embed_tokens.weight"},
+)
+
+# Keyed like presets.FAMILIES, whose switches decide which table fits a config.
+HF_FAMILIES: dict[str, Family] = {"bert": BERT, "gpt2": GPT2, "modern": LLAMA}
+
+# The switches HF cannot emulate; sizes, eps, dropout and tying carry over to any HF config.
+_ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias")
+
+
+# --- family checks ----------------------------------------------------------------------------
+
+def _mismatches(cfg: ModelConfig, family: str) -> list[str]:
+    wanted = FAMILIES[family]
+    found = [f"{name}={getattr(cfg, name)!r} (needs {wanted[name]!r})"
+             for name in _ARCHITECTURE_SWITCHES if getattr(cfg, name) != wanted[name]]
+    if bool(cfg.type_vocab_size) != bool(wanted["type_vocab_size"]):
+        found.append(f"type_vocab_size={cfg.type_vocab_size} "
+                     f"(needs {'> 0' if wanted['type_vocab_size'] else '0'})")
+    return found
+
+
+def family_of(cfg: ModelConfig) -> str:
+    """The HF family whose architecture this config reproduces exactly."""
+    reasons = {family: _mismatches(cfg, family) for family in HF_FAMILIES}
+    for family, found in reasons.items():
+        if not found:
+            return family
+    details = "; ".join(f"{family}: {', '.join(found)}" for family, found in reasons.items())
+    raise ValueError(f"config matches no Hugging Face family ({details})")
+
+
+def _family(cfg: ModelConfig, family: str) -> Family:
+    """The table for `family`, after checking the config really has that architecture — a
+    wrong family would still map names, and only the logits would show it."""
+    if family not in HF_FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose from {', '.join(HF_FAMILIES)}")
+    found = _mismatches(cfg, family)
+    if found:
+        raise ValueError(f"config does not fit the {family} family: {', '.join(found)}")
+    return HF_FAMILIES[family]
+
+
+# --- conversion -------------------------------------------------------------------------------
+
+_LAYER_INDEX = re.compile(r"(?<=^backbone\.blocks\.)\d+(?=\.)")
+
+
+def _hf_keys(key: str, family: Family) -> tuple[Rule, list[str]] | None:
+    """The rule for one lmlab key and its HF keys with the layer index filled in."""
+    layer = _LAYER_INDEX.search(key)
+    template = key if layer is None else _LAYER_INDEX.sub("{i}", key)
+    rule = family.rules.get(template)
+    if rule is None:
+        return None
+    index = "" if layer is None else layer.group()
+    return rule, [name.replace("{i}", index) for name in rule.theirs]
+
+
+def _listing(keys: Iterable[str], limit: int = 8) -> str:
+    ordered = sorted(keys)
+    more = f" (+{len(ordered) - limit} more)" if len(ordered) > limit else ""
+    return ", ".join(ordered[:limit]) + more
+
+
+def hf_config(cfg: ModelConfig, family: str) -> PretrainedConfig:
+    """The transformers config (Bert/GPT2/LlamaConfig) of the same architecture and sizes."""
+    return _family(cfg, family).config(cfg)
+
+
+def to_hf_state_dict(model: LanguageModel, family: str) -> dict[str, Tensor]:
+    """HF-named weights of `model`, ready for `load_state_dict(strict=True)` on the HF class.
+
+    Tied weights appear under each of their HF names, as in HF's own state_dict. Tensors may
+    share memory with the model, like `state_dict()`.
+    """
+    table = _family(model.cfg, family)
+    state: dict[str, Tensor] = {}
+    unmapped = []
+    for key, tensor in model.state_dict().items():
+        found = _hf_keys(key, table)
+        if found is None:
+            unmapped.append(key)
+            continue
+        rule, names = found
+        state.update(zip(names, rule.transform.to_hf(tensor, len(names)), strict=True))
+    if unmapped:
+        raise ValueError(f"lmlab weights with no {family} counterpart: {_listing(unmapped)}")
+    return state
+
+
+def _keys_of_other_heads(table: Family, heads: tuple[str, ...]) -> set[str]:
+    return {name for ours, rule in table.rules.items()
+            if ours.startswith("heads.") and ours.split(".")[1] not in heads
+            for name in rule.theirs}
+
+
+def _restore_tied(state: Mapping[str, Tensor], table: Family,
+                  cfg: ModelConfig) -> dict[str, Tensor]:
+    """Fill in the tied keys that saved checkpoints leave out, and refuse a checkpoint whose
+    "tied" tensors differ: loading it into a tied model would silently keep only one."""
+    state = dict(state)
+    if not cfg.tie_embeddings:
+        return state
+    for alias, source in table.tied.items():
+        if alias not in state and source in state:
+            state[alias] = state[source]
+        elif alias in state and source in state and not torch.equal(state[alias], state[source]):
+            raise ValueError(f"{alias} differs from {source}, but the config ties embeddings")
+    return state
+
+
+def from_hf_state_dict(state: Mapping[str, Tensor], cfg: ModelConfig, family: str,
+                       heads: Iterable[str] | None = None) -> LanguageModel:
+    """An lmlab model holding the weights of an HF state dict (or safetensors checkpoint).
+
+    `heads=None` builds the heads of the family's HF class (BertForPreTraining: mlm and nsp);
+    naming fewer leaves the others' weights out, or loads e.g. a BertForMaskedLM checkpoint.
+    """
+    table = _family(cfg, family)
+    heads = table.heads if heads is None else tuple(heads)
+    state = _restore_tied(state, table, cfg)
+    model = LanguageModel(cfg, heads)
+    ours: dict[str, Tensor] = {}
+    missing, consumed = set(), set()
+    for key in model.state_dict():
+        found = _hf_keys(key, table)
+        if found is None:
+            raise ValueError(f"the {family} family has no weights for lmlab's {key}")
+        rule, names = found
+        absent = [name for name in names if name not in state]
+        missing.update(absent)
+        if not absent:
+            ours[key] = rule.transform.from_hf([state[name] for name in names])
+        consumed.update(names)
+    unexpected = set(state) - consumed - _keys_of_other_heads(table, heads)
+    if missing or unexpected:
+        raise ValueError(f"cannot load {family} weights: missing [{_listing(missing)}], "
+                         f"unexpected [{_listing(unexpected)}]")
+    model.load_state_dict(ours, strict=True)
+    return model
