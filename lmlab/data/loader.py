@@ -1,0 +1,146 @@
+"""Fixed-length token blocks for training: deterministic, rank-sharded and resumable.
+
+The order of an epoch is a permutation seeded by (seed, epoch); rank r of w takes every w-th
+block of it (all ranks get the same count, so data-parallel steps stay in lock-step). A batch
+is addressed by a global index g (epoch = g // batches_per_epoch), so resuming is arithmetic,
+never a replay of consumed data. With DataLoader workers, worker i builds batches g ≡ i
+(mod workers) and the DataLoader's round-robin hands them out in the same order as one
+process would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from lmlab.data.errors import DataError
+from lmlab.data.packing import Piece, best_fit_plan, concatenate_plan, sentence_rows
+
+Packing = Literal["concatenate", "best_fit", "sentences"]
+
+
+class TokenSource(Protocol):
+    """A flat token stream in which every document ends with [EOS]."""
+
+    num_tokens: int
+
+    def read(self, start: int, stop: int) -> np.ndarray: ...
+
+    def document_spans(self) -> np.ndarray: ...  # (documents, 2) global [start, stop)
+
+    def sentence_spans(self) -> list[np.ndarray] | None: ...  # per document, (sentences, 2)
+
+
+@dataclass
+class ArraySource:
+    """A TokenSource over an in-memory array (small data and tests)."""
+
+    tokens: np.ndarray
+    spans: np.ndarray
+    sentences: list[np.ndarray] | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.tokens[start:stop]
+
+    def document_spans(self) -> np.ndarray:
+        return self.spans
+
+    def sentence_spans(self) -> list[np.ndarray] | None:
+        return self.sentences
+
+
+@dataclass(frozen=True)
+class Batch:
+    tokens: torch.Tensor  # (batch_size, block_len) int64
+    epoch: int
+    index: int  # global batch index; resume from index + 1
+
+
+class BlockBatches(IterableDataset):
+    """An endless stream of (batch_size, block_len) token batches, epoch after epoch."""
+
+    def __init__(self, source: TokenSource, block_len: int, batch_size: int,
+                 packing: Packing = "concatenate", pad_id: int = 0, sep_id: int = 0,
+                 seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside a world of {world_size}")
+        self.source, self.block_len, self.batch_size = source, block_len, batch_size
+        self.packing, self.pad_id, self.sep_id = packing, pad_id, sep_id
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.rows: list[list[Piece]] | None = None
+        if packing == "concatenate":
+            num_blocks = concatenate_plan(source.num_tokens, block_len)
+        elif packing == "best_fit":
+            self.rows = best_fit_plan(source.document_spans(), block_len)
+            num_blocks = len(self.rows)
+        elif packing == "sentences":
+            sentences = source.sentence_spans()
+            if sentences is None:
+                raise DataError("this dataset has no sentence offsets, which sentence pairs "
+                                "(NSP) need; prepare it with sentence splitting")
+            self.rows = sentence_rows(sentences, block_len)
+            num_blocks = len(self.rows)
+        else:
+            raise ValueError(f"unknown packing {packing!r}")
+        self.num_blocks = num_blocks
+        self.blocks_per_rank = num_blocks // world_size
+        self.batches_per_epoch = self.blocks_per_rank // batch_size
+        if self.batches_per_epoch == 0:
+            raise DataError(f"the dataset gives {num_blocks} blocks of {block_len} tokens: "
+                            f"too few for one batch of {batch_size} on each of {world_size} "
+                            "ranks")
+        self.next_index = 0
+
+    def state_dict(self, last: Batch | None = None) -> dict:
+        """Where to resume: after `last` (the latest batch consumed), else where it stands."""
+        return {"next_index": last.index + 1 if last is not None else self.next_index,
+                "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed:
+            raise ValueError(f"the saved data position is for seed {state['seed']}, "
+                             f"not {self.seed}")
+        self.next_index = int(state["next_index"])
+
+    def rank_order(self, epoch: int) -> np.ndarray:
+        """This rank's block ids for `epoch`, in order. The few blocks beyond an equal share
+        per rank change with each epoch's permutation, so none is left out for good."""
+        permutation = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
+        return permutation[: self.blocks_per_rank * self.world_size][self.rank::self.world_size]
+
+    def block(self, block_id: int) -> np.ndarray:
+        if self.rows is None:
+            start = block_id * self.block_len
+            return self.source.read(start, start + self.block_len)
+        out = np.full(self.block_len, self.pad_id, dtype=np.int64)
+        cursor = 0
+        for i, (start, stop) in enumerate(self.rows[block_id]):
+            if self.packing == "sentences" and i:
+                out[cursor] = self.sep_id
+                cursor += 1
+            out[cursor: cursor + stop - start] = self.source.read(start, stop)
+            cursor += stop - start
+        return out
+
+    def batch(self, index: int) -> Batch:
+        epoch, within = divmod(index, self.batches_per_epoch)
+        ids = self.rank_order(epoch)[within * self.batch_size: (within + 1) * self.batch_size]
+        tokens = np.stack([self.block(int(i)) for i in ids]).astype(np.int64)
+        return Batch(torch.from_numpy(tokens), epoch, index)
+
+    def __iter__(self) -> Iterator[Batch]:
+        worker = get_worker_info()
+        step, offset = (1, 0) if worker is None else (worker.num_workers, worker.id)
+        index = self.next_index + offset
+        while True:
+            yield self.batch(index)
+            index += step
