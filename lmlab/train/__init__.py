@@ -1,0 +1,1 @@
+"""Training: the loop and its pure helpers (optimiser, schedule, checkpoints)."""

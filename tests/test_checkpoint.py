@@ -1,0 +1,74 @@
+"""Checkpoints: atomic, verified, exact round trip, pruning."""
+
+import numpy as np
+import pytest
+import torch
+
+from lmlab import LanguageModel, MaskSpec, preset
+from lmlab.train.checkpoint import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from lmlab.train.optim import make_optimizer
+
+
+def trained_pair(seed=0):
+    torch.manual_seed(seed)
+    model = LanguageModel(preset("gpt2-tiny", 64, 16), heads=("lm",))
+    optimizer = make_optimizer(model, 1e-3)
+    model(torch.randint(0, 64, (2, 8)), MaskSpec("causal"))["lm"].sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_round_trip_restores_weights_optimizer_and_rng(tmp_path):
+    model, optimizer = trained_pair()
+    state = {"optimizer": optimizer.state_dict(), "step": 7, "rng": torch.get_rng_state(),
+             "numpy_rng": np.random.default_rng(3).bit_generator.state, "data": {"next": 5}}
+    path = save_checkpoint(tmp_path, 7, model, state)
+    fresh, fresh_optimizer = trained_pair(seed=1)
+    loaded = load_checkpoint(path, fresh)
+    fresh_optimizer.load_state_dict(loaded["optimizer"])
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert fresh.heads["lm"].decoder.weight is fresh.backbone.token_embedding.weight  # still tied
+    assert loaded["step"] == 7 and loaded["data"] == {"next": 5}
+    assert torch.equal(loaded["rng"], state["rng"])
+    assert loaded["numpy_rng"] == state["numpy_rng"]
+
+
+def test_a_corrupt_file_is_named_with_the_previous_good_checkpoint(tmp_path):
+    model, optimizer = trained_pair()
+    save_checkpoint(tmp_path, 1, model, {"step": 1})
+    bad = save_checkpoint(tmp_path, 2, model, {"step": 2})
+    weights = bad / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"model.safetensors is missing or corrupt.*"
+                                              r"previous checkpoint is .*step-00000001"):
+        load_checkpoint(bad, model)
+
+
+def test_an_interrupted_save_leaves_no_complete_looking_directory(tmp_path, monkeypatch):
+    model, _ = trained_pair()
+    save_checkpoint(tmp_path, 1, model, {"step": 1})
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 2, model, {"step": 2})
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000001"]
+
+
+def test_pruning_keeps_the_newest_and_the_named(tmp_path):
+    model, _ = trained_pair()
+    paths = [save_checkpoint(tmp_path, s, model, {"step": s}) for s in range(1, 6)]
+    prune_checkpoints(tmp_path, keep_last=2, keep={paths[0]})
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        "step-00000001", "step-00000004", "step-00000005"]

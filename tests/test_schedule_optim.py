@@ -1,0 +1,44 @@
+"""Learning-rate schedules and optimiser parameter groups."""
+
+import pytest
+
+from lmlab import LanguageModel, preset
+from lmlab.train.optim import parameter_groups
+from lmlab.train.schedule import Schedule
+
+
+def test_warmup_start_end_midpoint_and_floor():
+    cosine = Schedule("cosine", total_steps=110, warmup_steps=10, floor=0.1)
+    assert cosine(0) == pytest.approx(0.1)  # first warmup step: 1/10 of the peak
+    assert cosine(9) == pytest.approx(1.0)  # warmup ends at the peak
+    assert cosine(10) == pytest.approx(1.0)
+    assert cosine(60) == pytest.approx(0.55)  # cosine midpoint: halfway to the floor
+    assert cosine(110) == cosine(500) == pytest.approx(0.1)
+    linear = Schedule("linear", total_steps=110, warmup_steps=10, floor=0.0)
+    assert linear(60) == pytest.approx(0.5) and linear(110) == pytest.approx(0.0)
+    assert Schedule("constant", 100, 5)(50) == 1.0
+
+
+def test_warmup_stable_decay():
+    wsd = Schedule("wsd", total_steps=100, warmup_steps=10, floor=0.0, decay_fraction=0.2)
+    assert wsd(10) == wsd(79) == 1.0
+    assert wsd(90) == pytest.approx(0.5) and wsd(100) == pytest.approx(0.0)
+
+
+def test_bad_schedule_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown schedule 'cosin'"):
+        Schedule("cosin")
+    with pytest.raises(ValueError, match="warmup_steps"):
+        Schedule("cosine", total_steps=10, warmup_steps=20)
+
+
+def test_weight_decay_skips_norms_biases_and_embeddings():
+    model = LanguageModel(preset("bert-tiny", 64, 16), heads=("mlm", "nsp"))
+    decay, no_decay = parameter_groups(model, 0.1)
+    decayed = {id(p) for p in decay["params"]}
+    for name, parameter in model.named_parameters():
+        expect = parameter.ndim == 2 and "embedding" not in name and "norm" not in name
+        assert (id(parameter) in decayed) == expect, name
+    assert no_decay["weight_decay"] == 0.0
+    all_params = decay["params"] + no_decay["params"]
+    assert len({id(p) for p in all_params}) == len(all_params)  # tied weights listed once
