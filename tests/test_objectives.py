@@ -137,3 +137,20 @@ def test_objectives_are_pure_functions_of_ids_and_generator(special):
         second = objective.make_batch(tokens.clone(), seeded(11))
         assert torch.equal(first.input_ids, second.input_ids)
         assert torch.equal(first.targets, second.targets)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: MaskedLM(s), lambda s: CausalLM(s), lambda s: PrefixLM(s),
+    lambda s: SpanCorruption(s), lambda s: MaskedLMWithNSP(MaskedLM(s)),
+    lambda s: Mixture([CausalLM(s), MaskedLM(s)], [1, 3]),
+    lambda s: Alternating([CausalLM(s), MaskedLM(s)], 1),
+])
+def test_target_counts_known_before_the_forward_equal_the_loss_counts(special, make):
+    objective = make(special)
+    tokens = random_block(special, 8, 32, seed=12)
+    tokens[:, 11] = special.sep
+    model = LanguageModel(preset("bert-tiny", special.vocab_size, 64), heads=objective.heads)
+    batch = objective.make_batch(tokens, seeded(13), step=1)
+    loss = objective.loss(model(**batch.model_inputs()), batch)
+    counts = objective.target_counts(batch)
+    assert {k: int(v) for k, v in counts.items()} == {k: int(c) for k, (_, c) in loss.terms.items()}

@@ -156,6 +156,11 @@ class Objective:
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         raise NotImplementedError
 
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        """Each loss term's target count, known before the forward pass, so the loop can
+        gather global counts across micro-batches and ranks first."""
+        return {self.name: (batch.targets != IGNORE_INDEX).sum()}
+
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         (head,) = self.heads
         return LossSum({self.name: token_loss_sum(outputs[head], batch.targets,

@@ -95,6 +95,9 @@ class Mixture(Objective):
         return concatenate_batches([o.make_batch(r, generator, step)
                                     for o, r in zip(self.objectives, rows, strict=True)])
 
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        return {self.name: (batch.targets != IGNORE_INDEX).sum()}
+
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         length = batch.input_ids.shape[1]
         row_ends = torch.cumsum(batch.extras["rows_per_objective"], 0)
@@ -137,6 +140,9 @@ class Alternating(Objective):
         batch = self.objectives[index].make_batch(tokens, generator, step)
         batch.extras["objective_index"] = torch.tensor(index)
         return batch
+
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        return self.objectives[int(batch.extras["objective_index"])].target_counts(batch)
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         return self.objectives[int(batch.extras["objective_index"])].loss(outputs, batch)

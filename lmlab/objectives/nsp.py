@@ -94,6 +94,10 @@ class MaskedLMWithNSP(Objective):
             token_type_ids=types, extras={"nsp_label": labels},
         )
 
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        return {**self.mlm.target_counts(batch),
+                "nsp": torch.tensor(len(batch.extras["nsp_label"]))}
+
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         mlm_terms = self.mlm.loss(outputs, batch).terms
         labels = batch.extras["nsp_label"]

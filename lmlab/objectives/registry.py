@@ -1,0 +1,89 @@
+"""Objective specs as users write them, e.g. `mlm`, `mlm+nsp`, `mix:clm=1,mlm=15`,
+`alternate:clm,mlm@1000`, turned into Objective instances: the one name → class table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.objectives.clm import CausalLM
+from lmlab.objectives.mixture import Alternating, Mixture
+from lmlab.objectives.mlm import LinearRate, MaskedLM
+from lmlab.objectives.nsp import MaskedLMWithNSP
+from lmlab.objectives.prefix_lm import PrefixLM
+from lmlab.objectives.span_corruption import SpanCorruption
+
+
+@dataclass(frozen=True)
+class ObjectiveOptions:
+    mlm_rate: float = 0.15
+    mlm_rate_start: float | None = None  # e.g. 0.30: anneal to mlm_rate over training
+    mask_prob: float = 0.8
+    random_prob: float = 0.1
+    mlm_selection: str = "bernoulli"
+    whole_word: bool = False
+    span_noise_density: float = 0.15
+    span_mean_length: float = 3.0
+    prefix_len: int | None = None
+
+
+def _masked(special, options, word_starts, total_steps, next_token=False) -> MaskedLM:
+    rate = options.mlm_rate
+    if options.mlm_rate_start is not None:
+        rate = LinearRate(options.mlm_rate_start, options.mlm_rate, total_steps)
+    return MaskedLM(special, rate=rate, mask_prob=options.mask_prob,
+                    random_prob=options.random_prob, selection=options.mlm_selection,
+                    whole_word=options.whole_word, word_start_table=word_starts,
+                    next_token=next_token)
+
+
+BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
+    "mlm": _masked,
+    "mntp": lambda *args: _masked(*args, next_token=True),  # masked next-token (GPT-BERT)
+    "clm": lambda special, options, *_: CausalLM(special),
+    "prefix": lambda special, options, *_: PrefixLM(special, options.prefix_len),
+    "span": lambda special, options, *_: SpanCorruption(
+        special, options.span_noise_density, options.span_mean_length),
+    "mlm+nsp": lambda *args: MaskedLMWithNSP(_masked(*args)),
+}
+
+
+def objective_names() -> list[str]:
+    return [*BASE_OBJECTIVES, "mix:A=w,B=w", "alternate:A,B@steps"]
+
+
+def _base(name: str, special, options, word_starts, total_steps) -> Objective:
+    if name not in BASE_OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; choose from "
+                         f"{', '.join(objective_names())}")
+    return BASE_OBJECTIVES[name](special, options, word_starts, total_steps)
+
+
+def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions | None = None,
+                    word_starts: Tensor | None = None, total_steps: int = 1) -> Objective:
+    """`mlm` | `clm` | `prefix` | `span` | `mlm+nsp` | `mntp` | `mix:clm=1,mlm=15` |
+    `alternate:clm,mlm@1000` (switch every 1000 steps)."""
+    options = options or ObjectiveOptions()
+    build = lambda name: _base(name.strip(), special, options, word_starts,  # noqa: E731
+                               total_steps)
+    kind, _, rest = spec.partition(":")
+    if kind == "mix" and rest:
+        names, weights = [], []
+        for part in rest.split(","):
+            name, _, weight = part.partition("=")
+            try:
+                weights.append(float(weight) if weight else 1.0)
+            except ValueError:
+                raise ValueError(f"mixture weight {weight!r} of {name!r} is not a number") from None
+            names.append(name)
+        return Mixture([build(n) for n in names], weights)
+    if kind == "alternate" and rest:
+        names, _, every = rest.partition("@")
+        if not every.isdigit() or int(every) < 1:
+            raise ValueError(f"alternation needs '@STEPS' with STEPS >= 1, as in "
+                             f"'alternate:clm,mlm@1000'; got {spec!r}")
+        return Alternating([build(n) for n in names.split(",")], int(every))
+    return build(spec)
