@@ -1,0 +1,91 @@
+"""Validation during training, comparable across runs.
+
+Masked objectives are scored under a FIXED mask: 15% selection, 80/10/10, a fixed seed,
+whatever rate the run trains with, so runs with different masking can be compared. Every
+token objective also reports accuracy and bits per byte (comparable across tokenizers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lmlab.objectives.base import IGNORE_INDEX, Objective
+from lmlab.objectives.mixture import Alternating, Mixture
+from lmlab.objectives.mlm import MaskedLM
+from lmlab.objectives.nsp import MaskedLMWithNSP
+from lmlab.train.distributed import Env, all_reduce_sum
+from lmlab.train.precision import autocast
+
+EVAL_SEED = 20240607
+EVAL_MASK_RATE = 0.15
+
+
+def fixed_mask(mlm: MaskedLM) -> MaskedLM:
+    return MaskedLM(mlm.special, rate=EVAL_MASK_RATE, whole_word=mlm.whole_word,
+                    word_start_table=mlm.word_start_table, next_token=mlm.next_token,
+                    head=mlm.head)
+
+
+def evaluation_objectives(objective: Objective) -> dict[str, Objective]:
+    """The plain objectives inside `objective`, masked ones with the fixed evaluation mask."""
+    if isinstance(objective, Mixture | Alternating):
+        found: dict[str, Objective] = {}
+        for part in objective.objectives:
+            for name, leaf in evaluation_objectives(part).items():
+                found.setdefault(name, leaf)
+        return found
+    if isinstance(objective, MaskedLMWithNSP):
+        return {objective.name: MaskedLMWithNSP(fixed_mask(objective.mlm))}
+    if isinstance(objective, MaskedLM):
+        return {objective.name: fixed_mask(objective)}
+    return {objective.name: objective}
+
+
+def _correct_predictions(objective: Objective, outputs: dict[str, Tensor], batch) -> Tensor:
+    head = objective.heads[0]
+    at = batch.predict_at[head]
+    targets = batch.targets.reshape(-1) if at is None else batch.targets.reshape(-1)[at]
+    logits = outputs[head].reshape(-1, outputs[head].shape[-1])
+    return ((logits.argmax(-1) == targets) & (targets != IGNORE_INDEX)).sum()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Tensor],
+             bytes_per_token: float, env: Env, precision: str = "fp32") -> dict[str, float]:
+    """Loss, perplexity, accuracy and bits per byte of each objective on `blocks`."""
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, float] = {}
+    for name, objective in objectives.items():
+        generator = torch.Generator().manual_seed(EVAL_SEED)
+        totals: dict[str, Tensor] = {}
+        for tokens in blocks:
+            batch = objective.make_batch(tokens, generator).to(env.device)
+            with autocast(precision, env.device):
+                outputs = model(**batch.model_inputs())
+            for term, (loss_sum, count) in objective.loss(outputs, batch).terms.items():
+                totals[f"{term}_sum"] = totals.get(f"{term}_sum", 0) + loss_sum.double()
+                totals[f"{term}_count"] = totals.get(f"{term}_count", 0) + count
+            totals["correct"] = totals.get("correct", 0) + _correct_predictions(
+                objective, outputs, batch)
+        totals = all_reduce_sum({k: torch.as_tensor(v) for k, v in totals.items()}, env)
+        terms = [k[: -len("_sum")] for k in totals if k.endswith("_sum")]
+        for term in terms:
+            loss = float(totals[f"{term}_sum"] / totals[f"{term}_count"].clamp(min=1))
+            metrics[f"{name}/{term}_loss"] = loss
+            if term != "nsp":
+                metrics[f"{name}/{term}_ppl"] = math.exp(min(loss, 50.0))
+                metrics[f"{name}/{term}_bpb"] = loss / math.log(2) / bytes_per_token
+        token_term = next(t for t in terms if t != "nsp")
+        metrics[f"{name}/accuracy"] = float(totals["correct"] /
+                                            totals[f"{token_term}_count"].clamp(min=1))
+    model.train(was_training)
+    return metrics
+
+
+def headline_loss(metrics: dict[str, float]) -> float:
+    """One number to pick the best checkpoint by: the sum of the evaluated losses."""
+    return sum(v for k, v in metrics.items() if k.endswith("_loss"))

@@ -1,0 +1,63 @@
+"""The run directory: what a run leaves behind, and the rules for reusing one.
+
+    RUN/config.json         the resolved training and model configuration
+    RUN/tokenizer.json      the dataset's tokenizer, so the run is usable on its own
+    RUN/checkpoints/        step-XXXXXXXX/ (see checkpoint.py)
+    RUN/metrics.jsonl       one record per logged step and evaluation
+    RUN/curves.png          training and validation curves
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from lmlab.train.checkpoint import list_checkpoints
+
+CONFIG = "config.json"
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used as asked, stated in one line."""
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
+                                     delete=False) as f:
+        f.write(text)
+        temporary = Path(f.name)
+    os.replace(temporary, path)
+
+
+def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> Path | None:
+    """Make `out` ready; returns the checkpoint to resume from, if any.
+
+    A directory holding another run needs --resume or --overwrite; one holding unrelated
+    files is never touched. A run whose saved configuration equals this one is resumed.
+    """
+    saved = out / CONFIG
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"{out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not saved.is_file():
+        raise RunDirError(f"{out} holds files that are not an lmlab run; choose another --out")
+    if saved.is_file():
+        previous = json.loads(saved.read_text())
+        same = _comparable(previous) == _comparable(config)
+        if overwrite:
+            shutil.rmtree(out)
+        elif not (resume or same):
+            raise RunDirError(f"{out} holds another run; pass --resume to continue it or "
+                              "--overwrite to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
+    checkpoints = list_checkpoints(out / "checkpoints")
+    return checkpoints[-1] if checkpoints else None
+
+
+def _comparable(config: dict) -> dict:
+    """The configuration without the flags that only say how to treat the directory."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in ("resume", "overwrite")}
+    return {**config, "train": train}
