@@ -107,3 +107,13 @@ def test_clear_errors_for_unusable_datasets():
         BlockBatches(ArraySource(source.tokens, source.spans), 32, 2, "sentences")
     with pytest.raises(DataError, match="too few for one batch"):
         BlockBatches(source, 512, 8, "concatenate", world_size=2)
+
+
+def test_ranks_together_take_what_one_process_takes_in_as_many_batches():
+    single = BlockBatches(corpus(), 16, 2, "concatenate", seed=2)
+    ranks = [BlockBatches(corpus(), 16, 2, "concatenate", seed=2, rank=r, world_size=2)
+             for r in range(2)]
+    for index in range(3):
+        together = torch.cat([r.batch(index).tokens for r in ranks])
+        alone = torch.cat([single.batch(2 * index).tokens, single.batch(2 * index + 1).tokens])
+        assert torch.equal(together, alone)

@@ -1,7 +1,8 @@
 """Fixed-length token blocks for training: deterministic, rank-sharded and resumable.
 
-The order of an epoch is a permutation seeded by (seed, epoch); rank r of w takes every w-th
-block of it (all ranks get the same count, so data-parallel steps stay in lock-step). A batch
+The order of an epoch is a permutation seeded by (seed, epoch); the i-th batch of all ranks
+together is the next contiguous run of it, rank r taking the r-th slice (all ranks get the
+same count, so data-parallel steps stay in lock-step). A batch
 is addressed by a global index g (epoch = g // batches_per_epoch), so resuming is arithmetic,
 never a replay of consumed data. With DataLoader workers, worker i builds batches g ≡ i
 (mod workers) and the DataLoader's round-robin hands them out in the same order as one
@@ -92,8 +93,8 @@ class BlockBatches(IterableDataset):
         else:
             raise ValueError(f"unknown packing {packing!r}")
         self.num_blocks = num_blocks
-        self.blocks_per_rank = num_blocks // world_size
-        self.batches_per_epoch = self.blocks_per_rank // batch_size
+        # Blocks beyond whole batches on every rank wait for a later epoch's permutation.
+        self.batches_per_epoch = num_blocks // (batch_size * world_size)
         if self.batches_per_epoch == 0:
             raise DataError(f"the dataset gives {num_blocks} blocks of {block_len} tokens: "
                             f"too few for one batch of {batch_size} on each of {world_size} "
@@ -111,11 +112,9 @@ class BlockBatches(IterableDataset):
                              f"not {self.seed}")
         self.next_index = int(state["next_index"])
 
-    def rank_order(self, epoch: int) -> np.ndarray:
-        """This rank's block ids for `epoch`, in order. The few blocks beyond an equal share
-        per rank change with each epoch's permutation, so none is left out for good."""
-        permutation = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
-        return permutation[: self.blocks_per_rank * self.world_size][self.rank::self.world_size]
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """All block ids in `epoch`'s order (a permutation seeded by (seed, epoch))."""
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
 
     def block(self, block_id: int) -> np.ndarray:
         if self.rows is None:
@@ -133,7 +132,10 @@ class BlockBatches(IterableDataset):
 
     def batch(self, index: int) -> Batch:
         epoch, within = divmod(index, self.batches_per_epoch)
-        ids = self.rank_order(epoch)[within * self.batch_size: (within + 1) * self.batch_size]
+        # Batch `index` of every rank together is one contiguous run of the epoch's order,
+        # so N ranks × batch b consume exactly the blocks one process takes in N batches.
+        start = (within * self.world_size + self.rank) * self.batch_size
+        ids = self.epoch_order(epoch)[start: start + self.batch_size]
         tokens = np.stack([self.block(int(i)) for i in ids]).astype(np.int64)
         return Batch(torch.from_numpy(tokens), epoch, index)
 
