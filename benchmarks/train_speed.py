@@ -1,0 +1,167 @@
+"""Training throughput of lmlab against Hugging Face baselines, measured in the same run.
+
+Reference config: 4 layers, d_model 256, 4 heads, FFN 1024, sequence 128, batch 32,
+vocabulary 8192, 2 CPU threads. Baselines: BertForMaskedLM with DataCollatorForLanguageModeling
+masking, and GPT2LMHeadModel, each trained with a plain AdamW loop. Settings: fp32 eager, bf16
+autocast eager, bf16 + torch.compile. Each measurement runs in its own process so peak RSS is
+its own.
+
+    python benchmarks/train_speed.py                 # everything (several minutes)
+    python benchmarks/train_speed.py --settings fp32 --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+VOCAB, LAYERS, WIDTH, HEADS, SEQ, BATCH = 8192, 4, 256, 4, 128, 32
+SETTINGS = ("fp32", "bf16", "bf16+compile")
+
+
+def lmlab_step_fn(objective_name: str, compile_model: bool):
+    from lmlab import LanguageModel, SpecialTokens, preset
+    from lmlab.objectives.registry import build_objective
+    from lmlab.train.optim import make_optimizer
+
+    special = SpecialTokens.layout(VOCAB, n_sentinels=100)
+    family = "bert" if objective_name == "mlm" else "gpt2"
+    cfg = preset(f"{family}-mini", VOCAB, SEQ, dropout=0.0)
+    objective = build_objective(objective_name, special)
+    model = LanguageModel(cfg, heads=objective.heads)
+    optimizer = make_optimizer(model, 1e-4)
+    forward = torch.compile(model) if compile_model else model
+    generator = torch.Generator().manual_seed(0)
+    first_ordinary = max(special.all_ids) + 1
+
+    def step(precision: str) -> None:
+        tokens = torch.randint(first_ordinary, VOCAB, (BATCH, SEQ), generator=generator)
+        batch = objective.make_batch(tokens, generator)
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+            loss = objective.loss(forward(**batch.model_inputs()), batch).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, cfg
+
+
+def hf_step_fn(objective_name: str, compile_model: bool):
+    from tokenizers import Tokenizer, models
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        DataCollatorForLanguageModeling,
+        GPT2Config,
+        GPT2LMHeadModel,
+        PreTrainedTokenizerFast,
+    )
+
+    if objective_name == "mlm":
+        model = BertForMaskedLM(BertConfig(
+            vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, intermediate_size=4 * WIDTH, max_position_embeddings=SEQ,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        vocab = {f"t{i}": i for i in range(VOCAB)}
+        vocab.update({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4})
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
+            pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+            mask_token="[MASK]")
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    else:
+        model = GPT2LMHeadModel(GPT2Config(
+            vocab_size=VOCAB, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS, n_positions=SEQ,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        collator = None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if compile_model else model
+    generator = torch.Generator().manual_seed(0)
+
+    def step(precision: str) -> None:
+        tokens = torch.randint(107, VOCAB, (BATCH, SEQ), generator=generator)
+        if collator is not None:
+            batch = collator([{"input_ids": row} for row in tokens.tolist()])
+            inputs = {"input_ids": batch["input_ids"], "labels": batch["labels"]}
+        else:
+            inputs = {"input_ids": tokens, "labels": tokens}
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+            loss = forward(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, None
+
+
+def measure_one(implementation: str, objective: str, setting: str, steps: int) -> dict:
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    compile_model = setting.endswith("+compile")
+    precision = setting.split("+")[0]
+    build = lmlab_step_fn if implementation == "lmlab" else hf_step_fn
+    step, cfg = build(objective, compile_model)
+    start = time.perf_counter()
+    step(precision)  # the first step pays for compilation, if any
+    first_step = time.perf_counter() - start
+    for _ in range(2):
+        step(precision)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(precision)
+    elapsed = time.perf_counter() - start
+    result = {"tokens_per_second": steps * BATCH * SEQ / elapsed,
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "first_step_s": first_step}
+    if cfg is not None:
+        from lmlab.train.throughput import device_peak_flops, flops_per_token
+
+        fraction = 0.15 if objective == "mlm" else 1.0
+        peak = device_peak_flops(torch.device("cpu"),
+                                 torch.bfloat16 if precision == "bf16" else torch.float32)
+        result["mfu"] = result["tokens_per_second"] * flops_per_token(cfg, SEQ, fraction) / peak
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", nargs=3, metavar=("IMPL", "OBJECTIVE", "SETTING"))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
+    parser.add_argument("--objectives", nargs="+", default=["mlm", "clm"])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_speed.json"))
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure_one(*args.one, args.steps)))
+        return
+    rows = []
+    for objective in args.objectives:
+        for setting in args.settings:
+            pair = {}
+            for implementation in ("hf", "lmlab"):
+                command = [sys.executable, __file__, "--one", implementation, objective,
+                           setting, "--steps", str(args.steps)]
+                output = subprocess.run(command, capture_output=True, text=True, check=True)
+                pair[implementation] = json.loads(output.stdout.strip().splitlines()[-1])
+            ratio = pair["lmlab"]["tokens_per_second"] / pair["hf"]["tokens_per_second"]
+            rows.append({"objective": objective, "setting": setting, "ratio": ratio, **{
+                f"{impl}_{key}": value for impl, result in pair.items()
+                for key, value in result.items()}})
+            print(f"{objective:4} {setting:13} lmlab {pair['lmlab']['tokens_per_second']:8.0f} "
+                  f"tok/s  hf {pair['hf']['tokens_per_second']:8.0f} tok/s  ratio {ratio:.2f}  "
+                  f"MFU {pair['lmlab'].get('mfu', float('nan')):.0%}  RSS lmlab "
+                  f"{pair['lmlab']['peak_rss_mb']:.0f} MB / hf {pair['hf']['peak_rss_mb']:.0f} MB"
+                  f"  first step {pair['lmlab']['first_step_s']:.1f}s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

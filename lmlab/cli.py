@@ -1,0 +1,85 @@
+"""The `lmlab` command: one subcommand per step of the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from lmlab.train.checkpoint import CheckpointError
+from lmlab.train.config import TrainConfig, field_types, parse_value, resolve_config
+from lmlab.train.loop import TrainingError, pretrain
+
+# Errors that describe bad input or a run that cannot go on: one line, no traceback. Anything
+# else is a bug in lmlab and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, CheckpointError, TrainingError)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every TrainConfig field is an option (`--lr 3e-4`); booleans are switches."""
+    parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
+    for name, kind in field_types().items():
+        if kind is bool:
+            parser.add_argument(_flag(name), dest=name, action="store_const", const="true",
+                                default=None)
+        else:
+            parser.add_argument(_flag(name), dest=name, default=None, metavar=name.upper())
+
+
+def pretrain_command(args: argparse.Namespace) -> int:
+    from lmlab.data.dataset import open_or_prepare
+
+    overrides = {f.name: parse_value(f.name, getattr(args, f.name))
+                 for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    config = resolve_config(args.config, overrides)
+    dataset = open_or_prepare(config.data)
+    out = pretrain(config, dataset)
+    print(f"run saved in {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmlab", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    pretrain_parser = commands.add_parser("pretrain", help="pre-train a model")
+    add_pretrain_arguments(pretrain_parser)
+    pretrain_parser.set_defaults(run=pretrain_command)
+    return parser
+
+
+def _suggest_option(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """argparse names an unknown option; say which known one was probably meant."""
+    known = [_flag(f.name) for f in fields(TrainConfig)] + ["--config"]
+    for arg in argv:
+        option = arg.split("=")[0]
+        if option.startswith("--") and option not in known:
+            close = difflib.get_close_matches(option, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            parser.exit(2, f"lmlab: error: unknown option {option}{hint}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if argv[:1] == ["pretrain"]:
+        _suggest_option(parser, argv[1:])
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("lmlab: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"lmlab: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Reports: plots and comparisons people look at."""

@@ -1,0 +1,92 @@
+"""What a run reports while it trains: metrics.jsonl, TensorBoard (when installed), a
+progress bar with rate and ETA, and the curves plot at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+    return records
+
+
+class MetricsLog:
+    """One JSON record per line, flushed as written, so a crash loses at most one line."""
+
+    def __init__(self, run_dir: Path, enable: bool = True) -> None:
+        self.run_dir, self.enable = Path(run_dir), enable
+        self.path = self.run_dir / METRICS_FILE
+        self.file = None
+        self.tensorboard = None
+        if not enable:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+        except ImportError:
+            pass  # TensorBoard is optional
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past `step` (a resumed run redoes them), rewriting atomically."""
+        if not self.enable or not self.path.is_file():
+            return
+        kept = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= step]
+        with tempfile.NamedTemporaryFile("w", dir=self.run_dir, delete=False) as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(f.name, self.path)
+
+    def log(self, kind: str, step: int, **scalars: float) -> None:
+        if not self.enable:
+            return
+        if self.file is None:
+            self.file = open(self.path, "a")  # noqa: SIM115 - kept open for the run
+        self.file.write(json.dumps({"kind": kind, "step": step, **scalars}) + "\n")
+        self.file.flush()
+        if self.tensorboard is not None:
+            for name, value in scalars.items():
+                self.tensorboard.add_scalar(f"{kind}/{name}", value, step)
+
+    def plot(self, out_path: Path) -> None:
+        from lmlab.report.plots import plot_training_curves
+
+        plot_training_curves(read_metrics(self.run_dir), out_path)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+class ProgressBar:
+    """A bar over the run's steps with loss, lr and tokens/s; tqdm supplies rate and ETA."""
+
+    def __init__(self, total_steps: int, initial: int = 0, enable: bool = True) -> None:
+        self.bar = tqdm(total=total_steps, initial=initial, disable=not enable, unit="step",
+                        dynamic_ncols=True)
+
+    def update(self, step: int, loss: float, lr: float, tokens_per_second: float) -> None:
+        self.bar.update(step - self.bar.n)
+        self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
+                             tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()

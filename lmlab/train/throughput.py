@@ -1,0 +1,95 @@
+"""Model FLOPs utilisation: training FLOPs per token against the device's peak.
+
+FLOPs per token follow Kaplan et al. 2020 / PaLM (Chowdhery et al. 2022, appendix B): a
+forward pass costs 2 FLOPs per weight in a matmul, the backward pass twice that (6 in all),
+plus attention scores and values, 6 · 2 · layers · d_model · seq_len (i.e. 12·L·d·T).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from lmlab.config import ModelConfig
+
+# Dense peak FLOP/s per GPU by name, (bf16/fp16 tensor core, fp32): vendor datasheets.
+GPU_PEAKS = {
+    "H200": (989e12, 67e12), "H100": (989e12, 67e12), "A100": (312e12, 19.5e12),
+    "L40S": (362e12, 91.6e12), "L4": (121e12, 30.3e12), "A10G": (70e12, 31.2e12),
+    "A10": (125e12, 31.2e12), "V100": (125e12, 15.7e12), "T4": (65e12, 8.1e12),
+    "RTX 4090": (165e12, 82.6e12), "RTX 3090": (71e12, 35.6e12),
+}
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
+    """Training FLOPs per input token; `predicted_fraction` of positions run the vocabulary
+    projection (0.15 for sparse MLM)."""
+    d = cfg.d_model
+    attention_weights = 4 * d * d
+    mlp_weights = (3 if cfg.gated else 2) * d * cfg.ffn_dim
+    per_layer = 6 * (attention_weights + mlp_weights) + 12 * d * seq_len
+    return cfg.n_layers * per_layer + 6 * d * cfg.vocab_size * predicted_fraction
+
+
+def _cache_file() -> Path:
+    root = Path(os.environ.get("LMLAB_CACHE_DIR", Path.home() / ".cache" / "lmlab"))
+    return root / "peak_flops.json"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def probe_matmul_flops(dtype: torch.dtype, device: torch.device, seconds: float = 0.5) -> float:
+    """The best FLOP/s of repeated 1024×1024 matmuls over about `seconds`."""
+    size = 1024
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+def cpu_peak_flops(dtype: torch.dtype) -> float:
+    """Measured once per (CPU, threads, dtype, torch version), then read from the cache."""
+    key = f"{_cpu_name()}|{torch.get_num_threads()}|{dtype}|{torch.__version__}"
+    path = _cache_file()
+    cache = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in cache:
+        cache[key] = probe_matmul_flops(dtype, torch.device("cpu"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(cache, indent=2))
+        os.replace(temporary, path)
+    return cache[key]
+
+
+def gpu_peak_flops(name: str, dtype: torch.dtype) -> float | None:
+    for known, (half, single) in GPU_PEAKS.items():
+        if known in name:
+            return half if dtype in (torch.bfloat16, torch.float16) else single
+    return None
+
+
+def device_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        return gpu_peak_flops(name, dtype) or probe_matmul_flops(dtype, device)
+    return cpu_peak_flops(dtype)

@@ -1,0 +1,43 @@
+"""`lmlab pretrain` on an in-memory synthetic Markov language, for subprocess and torchrun
+tests: `python tests/synthetic_run.py --out RUN --steps 8 ...` takes every pretrain option."""
+
+import argparse
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmlab.cli import add_pretrain_arguments  # noqa: E402
+from lmlab.data.dataset import in_memory_dataset  # noqa: E402
+from lmlab.data.synthetic import MarkovChain  # noqa: E402
+from lmlab.objectives import SpecialTokens  # noqa: E402
+from lmlab.train.config import TrainConfig, parse_value, resolve_config  # noqa: E402
+from lmlab.train.loop import pretrain  # noqa: E402
+
+N_SYMBOLS = 50
+FIRST_ID = 7
+
+
+def synthetic_dataset(documents: int = 4000, length: int = 60):
+    chain = MarkovChain.random(N_SYMBOLS, concentration=0.1, seed=0)
+    rng = np.random.default_rng(0)
+    special = SpecialTokens.layout(FIRST_ID + N_SYMBOLS)
+    train = list(chain.sample(documents, length, rng) + FIRST_ID)
+    validation = list(chain.sample(documents // 8, length, rng) + FIRST_ID)
+    return chain, in_memory_dataset(train, validation, special)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_pretrain_arguments(parser)
+    args = parser.parse_args()
+    overrides = {f.name: parse_value(f.name, getattr(args, f.name))
+                 for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    pretrain(resolve_config(args.config, overrides), synthetic_dataset()[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""FLOPs accounting, the peak probe cache, metrics log and curves plot."""
+
+import json
+
+import torch
+
+from lmlab.config import ModelConfig
+from lmlab.train import throughput
+from lmlab.train.metrics import MetricsLog, read_metrics
+
+
+def test_flops_per_token_by_hand():
+    cfg = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)
+    per_layer = 6 * (4 * 64 * 64 + 2 * 64 * 256) + 12 * 64 * 128
+    assert throughput.flops_per_token(cfg, 128) == 2 * per_layer + 6 * 64 * 1000
+    sparse = throughput.flops_per_token(cfg, 128, predicted_fraction=0.15)
+    assert throughput.flops_per_token(cfg, 128) - sparse == 6 * 64 * 1000 * 0.85
+
+
+def test_cpu_peak_is_probed_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMLAB_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(throughput, "probe_matmul_flops",
+                        lambda dtype, device: calls.append(dtype) or 1e11)
+    assert throughput.cpu_peak_flops(torch.float32) == 1e11
+    assert throughput.cpu_peak_flops(torch.float32) == 1e11
+    assert calls == [torch.float32]
+    assert list(json.loads((tmp_path / "peak_flops.json").read_text()).values()) == [1e11]
+
+
+def test_real_probe_is_positive_and_gpu_table_by_name():
+    assert throughput.probe_matmul_flops(torch.float32, torch.device("cpu"), 0.05) > 1e8
+    assert throughput.gpu_peak_flops("NVIDIA H100 80GB HBM3", torch.bfloat16) == 989e12
+    assert throughput.gpu_peak_flops("NVIDIA A100-SXM4-40GB", torch.float32) == 19.5e12
+    assert throughput.gpu_peak_flops("Mystery GPU", torch.bfloat16) is None
+
+
+def test_metrics_log_truncates_redone_steps_and_plots(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in range(1, 6):
+        log.log("train", step, loss=5.0 - step / 2, lr=1e-3)
+    log.log("eval", 5, **{"clm/clm_loss": 2.0})
+    log.close()
+    log = MetricsLog(tmp_path)
+    log.truncate_after(3)
+    log.log("train", 4, loss=9.0, lr=1e-3)
+    log.close()
+    assert [(r["kind"], r["step"]) for r in read_metrics(tmp_path)] == [
+        ("train", 1), ("train", 2), ("train", 3), ("train", 4)]
+    log.plot(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
