@@ -3,6 +3,8 @@ ids, word-start flags, and the bytes of text per token (for bits per byte)."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +12,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lmlab.data.errors import DataError
 from lmlab.data.loader import ArraySource, TokenSource
+from lmlab.data.shards import TokenFile
+from lmlab.data.tokenizer import special_tokens_of, word_start_table
 from lmlab.objectives.base import SpecialTokens
 
 
@@ -37,3 +42,49 @@ def in_memory_dataset(train_documents: list[np.ndarray], validation_documents: l
 
     return Dataset(special, source(train_documents), source(validation_documents),
                    bytes_per_token, word_starts=torch.ones(special.vocab_size, dtype=torch.bool))
+
+
+def open_dataset(path: Path) -> Dataset:
+    """A prepared dataset directory, checked for completeness."""
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"dataset directory {path} does not exist; create it with lmlab prepare")
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        raise DataError(f"{path} is not a complete prepared dataset (no meta.json)")
+    meta = json.loads(meta_path.read_text())
+    tokenizer_path = path / "tokenizer.json"
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    special = special_tokens_of(tokenizer, str(tokenizer_path))
+    splits = meta["splits"]
+    validation = splits["validation"]
+    return Dataset(
+        special=special,
+        train=TokenFile(path, "train", splits["train"]["dtype"]),
+        validation=TokenFile(path, "validation", validation["dtype"]),
+        bytes_per_token=validation["bytes"] / max(validation["tokens"], 1),
+        word_starts=word_start_table(tokenizer),
+        tokenizer_json=tokenizer_path.read_text(),
+        path=path,
+    )
+
+
+def builtin_dataset_dir() -> Path:
+    root = Path(os.environ.get("LMLAB_CACHE_DIR", Path.home() / ".cache" / "lmlab"))
+    return root / "datasets" / "builtin-bpe-8192"
+
+
+def open_or_prepare(path: str | None) -> Dataset:
+    """The dataset at `path`; with none, the built-in corpus, prepared on first use."""
+    if path is not None:
+        return open_dataset(Path(path))
+    from lmlab.data.builtin_corpus import builtin_documents
+    from lmlab.data.prepare import is_complete, prepare
+
+    directory = builtin_dataset_dir()
+    if not is_complete(directory):
+        print(f"preparing the built-in corpus in {directory} (once)")
+        prepare(builtin_documents(), directory, recipe={"source": "builtin"})
+    return open_dataset(directory)
