@@ -32,21 +32,60 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(_flag(name), dest=name, default=None, metavar=name.upper())
 
 
+def check_before_data(config: TrainConfig) -> None:
+    """Catch a bad objective or preset before minutes are spent preparing data."""
+    from lmlab.objectives.base import SpecialTokens
+    from lmlab.objectives.registry import build_objective
+    from lmlab.presets import preset
+
+    build_objective(config.objective, SpecialTokens.layout(1024, 100))
+    if config.model != "auto":
+        preset(config.model, vocab_size=1024)
+
+
 def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.data.dataset import open_or_prepare
 
     overrides = {f.name: parse_value(f.name, getattr(args, f.name))
                  for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     config = resolve_config(args.config, overrides)
+    check_before_data(config)
     dataset = open_or_prepare(config.data)
     out = pretrain(config, dataset)
     print(f"run saved in {out}")
     return 0
 
 
+def prepare_command(args: argparse.Namespace) -> int:
+    from lmlab.data.builtin_corpus import builtin_documents
+    from lmlab.data.corpus import expand_sources, read_sources
+    from lmlab.data.prepare import prepare
+
+    if args.sources:
+        expand_sources(args.sources)  # fail on a bad path before any work
+        documents = read_sources(args.sources, args.text_field, args.blank_line_documents)
+    else:
+        documents = builtin_documents()
+    recipe = {"sources": args.sources or ["builtin"], "text_field": args.text_field,
+              "blank_line_documents": args.blank_line_documents}
+    out = prepare(documents, args.out, args.vocab_size, args.validation_fraction, recipe)
+    print(f"dataset ready in {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    prepare_parser = commands.add_parser("prepare", help="turn text files into a dataset")
+    prepare_parser.add_argument("sources", nargs="*", help=".txt/.jsonl files (optionally "
+                                ".gz), directories or globs; none = the built-in corpus")
+    prepare_parser.add_argument("--out", type=Path, required=True)
+    prepare_parser.add_argument("--vocab-size", type=int, default=8192)
+    prepare_parser.add_argument("--validation-fraction", type=float, default=0.05)
+    prepare_parser.add_argument("--text-field", default="text", help="JSONL field to read")
+    prepare_parser.add_argument("--blank-line-documents", action="store_true",
+                                help="in .txt files, blank lines separate documents")
+    prepare_parser.set_defaults(run=prepare_command)
     pretrain_parser = commands.add_parser("pretrain", help="pre-train a model")
     add_pretrain_arguments(pretrain_parser)
     pretrain_parser.set_defaults(run=pretrain_command)
