@@ -69,7 +69,7 @@ def hf_step_fn(objective_name: str, compile_model: bool):
             vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS,
             num_attention_heads=HEADS, intermediate_size=4 * WIDTH, max_position_embeddings=SEQ,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-        vocab = {f"t{i}": i for i in range(VOCAB)}
+        vocab = {f"t{i}": i for i in range(5, VOCAB)}
         vocab.update({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4})
         tokenizer = PreTrainedTokenizerFast(
             tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),

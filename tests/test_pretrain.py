@@ -53,6 +53,8 @@ def test_a_run_leaves_a_usable_directory(tmp_path):
     assert saved["train"]["objective"] == "mlm" and saved["model"]["n_layers"] == 2
     evals = [r for r in read_metrics(out) if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [3, 6]
+    assert all(0 < r["mfu"] < 1 and r["tokens_per_second"] > 0
+               for r in read_metrics(out) if r["kind"] == "train")
     assert {"mlm/mlm_loss", "mlm/mlm_ppl", "mlm/mlm_bpb", "mlm/accuracy"} <= set(evals[-1])
     assert verify_checkpoint(list_checkpoints(out / "checkpoints")[-1])["step"] == 6
 

@@ -64,7 +64,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     num_workers: int = 0
-    distributed: Literal["ddp", "fsdp"] = "ddp"
+    distributed: Literal["ddp"] = "ddp"  # FSDP2 awaits sharded checkpointing
     resume: bool = False
     overwrite: bool = False
 

@@ -1,4 +1,4 @@
-"""PyTorch's own distributed engine: process group from torchrun's environment, DDP or FSDP2
+"""PyTorch's own distributed engine: process group from torchrun's environment, DDP
 wrapping, and the global target counts that make the loss independent of how a batch is
 split across ranks and micro-batches."""
 
@@ -49,16 +49,10 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, env: Env, strategy: str) -> nn.Module:
-    """DDP, or FSDP2 (`fully_shard` on each block, then the root), when distributed."""
+def wrap(model: nn.Module, env: Env) -> nn.Module:
+    """DistributedDataParallel when distributed."""
     if not env.distributed:
         return model
-    if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        for block in model.backbone.blocks:
-            fully_shard(block)
-        return fully_shard(model)
     device_ids = [env.device.index] if env.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
@@ -69,18 +63,7 @@ def gradient_sync(model: nn.Module, enabled: bool):
         return contextlib.nullcontext()
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return model.no_sync()
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(False)
-        return _restore_sync(model)
     return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _restore_sync(model):
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)
 
 
 def all_reduce_sum(values: dict[str, Tensor], env: Env) -> dict[str, Tensor]:

@@ -34,8 +34,10 @@ from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import autocast, grad_scaler
 from lmlab.train.run_dir import prepare_run_dir
 from lmlab.train.schedule import Schedule
+from lmlab.train.throughput import device_peak_flops, flops_per_token
 
 MASKED_OBJECTIVES = ("mlm", "mlm+nsp", "mntp")
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingError(RuntimeError):
@@ -108,7 +110,7 @@ def train_step(model, objective: Objective, micro_batches, env, cfg, scaler):
         with distributed.gradient_sync(model, enabled=last), autocast(cfg.precision, env.device):
             outputs = model(**batch.to(env.device).model_inputs())
             loss = objective.loss(outputs, batch.to(env.device))
-            # DDP and FSDP average gradients over ranks; scaling by the world size turns
+            # DDP averages gradients over ranks; scaling by the world size turns
             # that average into the sum over ranks of sum / global count.
             scaled = loss.mean(counts) * env.world_size
             (scaler.scale(scaled) if scaler else scaled).backward()
@@ -152,7 +154,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                            env.world_size)
     if state.data:
         batches.load_state_dict(state.data)
-    train_model = distributed.wrap(model, env, cfg.distributed)
+    train_model = distributed.wrap(model, env)
     if cfg.compile:
         train_model = torch.compile(train_model)
     scaler = grad_scaler(cfg.precision, env.device)
@@ -169,6 +171,9 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     eval_objectives = evaluation_objectives(objective)
     eval_blocks = _eval_blocks(cfg, dataset, micro_size, env)
 
+    predicted_fraction = cfg.mlm_rate if cfg.objective in MASKED_OBJECTIVES else 1.0
+    train_flops_per_token = flops_per_token(model_cfg, cfg.seq_len, predicted_fraction)
+    peak_flops = device_peak_flops(env.device, PRECISION_DTYPES[cfg.precision]) * env.world_size
     log = MetricsLog(out, enable=env.is_main)
     log.truncate_after(state.step)
     bar = ProgressBar(state.total_steps, initial=state.step, enable=env.is_main)
@@ -218,8 +223,9 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             if state.step % cfg.log_every == 0 or state.step == state.total_steps:
                 elapsed = time.perf_counter() - interval_start
                 tokens_per_second = interval_tokens / max(elapsed, 1e-9)
+                mfu = tokens_per_second * train_flops_per_token / peak_flops
                 log.log("train", state.step, loss=loss, lr=lr, grad_norm=grad_norm,
-                        tokens=state.tokens, tokens_per_second=tokens_per_second,
+                        tokens=state.tokens, tokens_per_second=tokens_per_second, mfu=mfu,
                         **{f"{k}_loss": v for k, v in terms.items()})
                 bar.update(state.step, loss=loss, lr=lr, tokens_per_second=tokens_per_second)
                 interval_start, interval_tokens = time.perf_counter(), 0
