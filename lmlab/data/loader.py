@@ -87,7 +87,7 @@ class BlockBatches(IterableDataset):
             sentences = source.sentence_spans()
             if sentences is None:
                 raise DataError("this dataset has no sentence offsets, which sentence pairs "
-                                "(NSP) need; prepare it with sentence splitting")
+                                "(NSP) need; prepared datasets do not record them yet")
             self.rows = sentence_rows(sentences, block_len)
             num_blocks = len(self.rows)
         else:
