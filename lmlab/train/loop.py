@@ -107,9 +107,10 @@ def train_step(model, objective: Objective, micro_batches, env, cfg, scaler):
     term_losses: dict[str, torch.Tensor] = {}
     for index, batch in enumerate(micro_batches):
         last = index == len(micro_batches) - 1
+        batch = batch.to(env.device)
         with distributed.gradient_sync(model, enabled=last), autocast(cfg.precision, env.device):
-            outputs = model(**batch.to(env.device).model_inputs())
-            loss = objective.loss(outputs, batch.to(env.device))
+            outputs = model(**batch.model_inputs())
+            loss = objective.loss(outputs, batch)
             # DDP averages gradients over ranks; scaling by the world size turns
             # that average into the sum over ranks of sum / global count.
             scaled = loss.mean(counts) * env.world_size
