@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor
 
 from lmlab.data.errors import DataError
@@ -46,8 +47,6 @@ def in_memory_dataset(train_documents: list[np.ndarray], validation_documents: l
 
 def open_dataset(path: Path) -> Dataset:
     """A prepared dataset directory, checked for completeness."""
-    from tokenizers import Tokenizer
-
     path = Path(path)
     if not path.is_dir():
         raise DataError(f"dataset directory {path} does not exist; create it with lmlab prepare")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import torch
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import Tensor
+
+from lmlab.data.errors import DataError
+from lmlab.objectives.base import SpecialTokens
 
 # Markers that byte-level and metaspace pre-tokenizers put on a word's first piece.
 WORD_START_MARKERS = {"ByteLevel": "Ġ", "Metaspace": "▁"}
@@ -51,8 +54,6 @@ def sentinel_names(count: int) -> list[str]:
 def train_tokenizer(texts, vocab_size: int = 8192, n_sentinels: int = 100) -> Tokenizer:
     """A byte-level BPE tokenizer (GPT-2 style: every byte representable, no [UNK] needed)
     whose first ids are the special tokens, then the sentinels, as SpecialTokens.layout."""
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -65,9 +66,6 @@ def train_tokenizer(texts, vocab_size: int = 8192, n_sentinels: int = 100) -> To
 
 def special_tokens_of(tokenizer: Tokenizer, source: str = "the tokenizer"):
     """SpecialTokens looked up by name; a missing one is a one-line error naming `source`."""
-    from lmlab.data.errors import DataError
-    from lmlab.objectives.base import SpecialTokens
-
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
