@@ -1,90 +1,521 @@
-"""Reading documents from the user's files: .txt (a file per document, or blank-line
-separated documents), .jsonl (a text field), each optionally gzip-compressed; a source may be
-a file, a directory (read recursively, in sorted order) or a glob."""
+"""Reading documents from the user's files, and mixing sources by weight.
+
+Formats, chosen by suffix: `.txt` (a whole file per document, or blank-line-separated
+documents), `.jsonl` / `.json` (a field of each object; a `.json` file may hold one array of
+objects), `.csv` / `.tsv` (a column, named in the header row) and `.parquet` (a column, read a
+batch at a time). The text formats may be compressed: `.gz` (gzip) or `.zst` (Zstandard). A
+source is a file, a directory (read recursively, in sorted order) or a glob, optionally with a
+weight: `corpus.jsonl:0.7`. Everything streams: memory holds one record (one batch for Parquet),
+never a file, except a `.txt` read as one document.
+
+Bad records (a line that is not JSON, an object without the text field, a CSV row that does not
+parse) are skipped and counted; `strict=True` makes the first one fatal. A file where more than
+TOLERATED_BAD_FRACTION of the records are bad fails anyway: that is a wrong format or field
+name, not noise.
+"""
 
 from __future__ import annotations
 
+import csv
 import glob
 import gzip
+import heapq
+import io
 import json
-from collections.abc import Iterator
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+import numpy as np
+import zstandard
 
 from lmlab.data.errors import DataError
 
-SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+TEXT_FORMATS = (".txt", ".jsonl", ".json", ".csv", ".tsv")
+COMPRESSIONS = (".gz", ".zst")
+TOLERATED_BAD_FRACTION = 0.01
+BINARY_SNIFF_BYTES = 1024
+PARQUET_BATCH_ROWS = 1024
+JSON_READ_CHARS = 1 << 16
+WHITESPACE = re.compile(r"[ \t\r\n]*")
+ARRAY_GAP = re.compile(r"[ \t\r\n,]*")  # between array elements
+
+T = TypeVar("T")
 
 
-def _kind(path: Path) -> str | None:
-    name = path.name.lower()
-    return next((s for s in SUFFIXES if name.endswith(s)), None)
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to find the text in each file.
+
+    `text_field` names the JSON field, the CSV/TSV column or the Parquet column.
+    """
+
+    text_field: str = "text"
+    blank_line_documents: bool = False
+    strict: bool = False
 
 
-def expand_sources(sources: list[str]) -> list[Path]:
-    """Every readable file the sources name, in a stable order."""
-    files: list[Path] = []
-    for source in sources:
-        path = Path(source)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and _kind(p)))
-        elif path.is_file():
-            if not _kind(path):
-                raise DataError(f"{path}: unsupported file type (use {', '.join(SUFFIXES)})")
-            files.append(path)
-        else:
-            matches = sorted(Path(p) for p in glob.glob(source) if _kind(Path(p)))
-            if not matches:
-                raise DataError(f"{source}: no such file, directory or matching glob")
-            files.extend(matches)
+@dataclass
+class ReadStats:
+    """What reading saw, summed over the files read with it."""
+
+    files: int = 0
+    documents: int = 0
+    invalid_utf8_documents: int = 0  # decoded with U+FFFD in place of the bad bytes
+    skipped: Counter = field(default_factory=Counter)  # reason -> records skipped
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A path, directory or glob, and its mixing weight (None when none was given)."""
+
+    pattern: str
+    weight: float | None = None
+
+
+# ---------------------------------------------------------------- sources and files
+
+
+def parse_source(spec: str) -> SourceSpec:
+    """`"corpus.jsonl:0.7"` → pattern and weight; a trailing `:<number>` is the weight.
+
+    A spec that names an existing path is a path even if it ends like a weight.
+    """
+    pattern, colon, weight = spec.rpartition(":")
+    if not colon or Path(spec).exists():
+        return SourceSpec(spec)
+    try:
+        value = float(weight)
+    except ValueError:
+        return SourceSpec(spec)  # a ':' inside the path, not a weight
+    if not (math.isfinite(value) and value > 0):
+        raise DataError(f"{spec}: the weight must be a positive number, got {weight!r}")
+    return SourceSpec(pattern, value)
+
+
+def _format_of(path: Path) -> str | None:
+    """The base format suffix (`.jsonl` for `x.jsonl.zst`), or None for files we cannot read."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".parquet"]:
+        return ".parquet"
+    if suffixes[-1:] and suffixes[-1] in COMPRESSIONS:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes[-1:] and suffixes[-1] in TEXT_FORMATS else None
+
+
+def source_files(pattern: str) -> list[Path]:
+    """The readable files a path, directory or glob names, in sorted order."""
+    path = Path(pattern)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _format_of(p))
+        if not files:
+            raise DataError(f"{pattern}: no .txt, .jsonl, .json, .csv, .tsv or .parquet files "
+                            "(optionally .gz or .zst) in this directory")
+        return files
+    if path.is_file():
+        if not _format_of(path):
+            raise DataError(f"{pattern}: unsupported file type; use .txt, .jsonl, .json, "
+                            ".csv, .tsv (optionally .gz or .zst) or .parquet")
+        return [path]
+    if not any(c in pattern for c in "*?["):
+        raise DataError(f"{pattern}: no such file or directory")
+    files = sorted(Path(p) for p in glob.glob(pattern, recursive=True)
+                   if Path(p).is_file() and _format_of(Path(p)))
+    if not files:
+        raise DataError(f"{pattern}: no readable file matches this glob")
     return files
 
 
-def _open_text(path: Path):
-    opener = gzip.open if path.name.endswith(".gz") else open
-    return opener(path, "rt", encoding="utf-8", errors="replace")
+def expand_sources(sources: Sequence[str]) -> list[Path]:
+    """Every file the sources (plain paths, directories or globs) name, in a stable order."""
+    return [file for source in sources for file in source_files(source)]
 
 
-def _looks_binary(path: Path) -> bool:
-    opener = gzip.open if path.name.endswith(".gz") else open
+# ---------------------------------------------------------------- byte streams and lines
+
+
+def _open_bytes(path: Path) -> BinaryIO:
+    """The decompressed bytes of `path`, buffered so that it iterates by line."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".zst"):
+        reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
+        return io.BufferedReader(reader)
+    return open(path, "rb")  # noqa: SIM115
+
+
+def _check_text(path: Path) -> None:
+    with _open_bytes(path) as stream:
+        if b"\x00" in stream.read(BINARY_SNIFF_BYTES):
+            raise DataError("looks like a binary file (NUL bytes in the first KB), not UTF-8 "
+                            "text", path)
+
+
+def _decode(raw: bytes) -> tuple[str, bool]:
+    """Text and whether it had invalid UTF-8 (then replaced by U+FFFD: counted, not fatal)."""
     try:
-        with opener(path, "rb") as f:
-            return b"\x00" in f.read(4096)
-    except OSError as error:
-        raise DataError(f"{path}: cannot be read ({error})") from None
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", errors="replace"), True
 
 
-def read_documents(path: Path, text_field: str = "text",
-                   blank_line_documents: bool = False) -> Iterator[str]:
-    """Stream the documents of one file."""
-    if _looks_binary(path):
-        raise DataError(f"{path}: looks like a binary file, not text")
-    with _open_text(path) as f:
-        if _kind(path).startswith(".jsonl"):
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    raise DataError(f"{path}:{number}: not valid JSON") from None
-                if not isinstance(record, dict) or text_field not in record:
-                    raise DataError(f"{path}:{number}: no {text_field!r} field")
-                yield str(record[text_field])
-        elif blank_line_documents:
-            paragraph: list[str] = []
-            for line in f:
-                if line.strip():
-                    paragraph.append(line)
-                elif paragraph:
-                    yield "".join(paragraph)
-                    paragraph = []
-            if paragraph:
-                yield "".join(paragraph)
-        else:
-            yield f.read()
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text with its line ending, had invalid UTF-8)."""
+    for number, raw in enumerate(stream, 1):
+        text, invalid = _decode(raw)
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark is not content
+        yield number, text, invalid
 
 
-def read_sources(sources: list[str], text_field: str = "text",
-                 blank_line_documents: bool = False) -> Iterator[str]:
+# ---------------------------------------------------------------- bad records
+
+
+class _Records:
+    """Counts a file's records and bad records; fails at once (strict) or when bad is common."""
+
+    def __init__(self, path: Path, options: ReadOptions, stats: ReadStats):
+        self.path, self.options, self.stats = path, options, stats
+        self.good = 0
+        self.bad = 0
+        self.first_bad: DataError | None = None
+
+    def accept(self, invalid_utf8: bool) -> None:
+        self.good += 1
+        self.stats.documents += 1
+        self.stats.invalid_utf8_documents += invalid_utf8
+
+    def reject(self, reason: str, message: str, line: int | None) -> None:
+        error = DataError(message, self.path, line)
+        if self.options.strict:
+            raise error
+        self.bad += 1
+        self.stats.skipped[reason] += 1
+        self.first_bad = self.first_bad or error
+
+    def finish(self) -> None:
+        total = self.good + self.bad
+        if self.bad and self.bad > TOLERATED_BAD_FRACTION * total:
+            raise DataError(f"{self.first_bad} ({self.bad} of {total} records bad: more than "
+                            f"{TOLERATED_BAD_FRACTION:.0%} means a wrong format or field, not "
+                            "noise)")
+
+
+# ---------------------------------------------------------------- one reader per format
+
+
+def _read_txt(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
+    with _open_bytes(path) as stream:
+        if not options.blank_line_documents:
+            text, invalid = _decode(stream.read())
+            records.accept(invalid)
+            yield text.removeprefix("\ufeff")
+            return
+        paragraph: list[str] = []
+        invalid_in_paragraph = False
+        for _, line, invalid in _lines(stream):
+            if line.strip():
+                paragraph.append(line.rstrip("\r\n"))
+                invalid_in_paragraph |= invalid
+            elif paragraph:
+                records.accept(invalid_in_paragraph)
+                yield "\n".join(paragraph)
+                paragraph, invalid_in_paragraph = [], False
+        if paragraph:
+            records.accept(invalid_in_paragraph)
+            yield "\n".join(paragraph)
+
+
+def _text_of(record: object, options: ReadOptions, records: _Records,
+             line: int) -> str | None:
+    """The text field of one JSON value, or None after counting why it has none."""
+    name = options.text_field
+    if not isinstance(record, dict):
+        records.reject("not_an_object", f"expected a JSON object, got {type(record).__name__}",
+                       line)
+    elif name not in record:
+        records.reject("missing_field", f"no {name!r} field (fields: "
+                       f"{', '.join(map(str, record)) or 'none'})", line)
+    elif not isinstance(record[name], str):
+        records.reject("not_text", f"the {name!r} field is {type(record[name]).__name__}, "
+                       "not a string", line)
+    else:
+        return record[name]
+    return None
+
+
+def _read_jsonl(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
+    with _open_bytes(path) as stream:
+        for number, line, invalid in _lines(stream):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                records.reject("not_json", "not valid JSON", number)
+                continue
+            text = _text_of(record, options, records, number)
+            if text is not None:
+                records.accept(invalid)
+                yield text
+
+
+def _json_values(stream: io.TextIOBase, path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, value) for each element of a top-level array, or each top-level value.
+
+    Decodes values with `raw_decode` as they complete in a growing window of the file, so a
+    large array never sits in memory whole.
+    """
+    decoder = json.JSONDecoder()
+    buffer, position, line = "", 0, 1  # `line` is the line of buffer[position]
+    at_end, in_array = False, None
+
+    def read_more() -> None:
+        nonlocal buffer, position, at_end
+        # Read at least as much as is pending, so a huge value is re-parsed O(log n) times.
+        chunk = stream.read(max(JSON_READ_CHARS, len(buffer) - position))
+        at_end = not chunk
+        buffer, position = buffer[position:] + chunk, 0
+
+    while True:
+        gap = (ARRAY_GAP if in_array else WHITESPACE).match(buffer, position).end()
+        line += buffer.count("\n", position, gap)
+        position = gap
+        if position == len(buffer):
+            if not at_end:
+                read_more()
+                continue
+            if in_array:
+                raise DataError("the JSON array is never closed with ']'", path, line)
+            return
+        if in_array is None:
+            in_array = buffer[position] == "["
+            position += in_array
+            continue
+        if in_array and buffer[position] == "]":
+            return
+        try:
+            value, end = decoder.raw_decode(buffer, position)
+        except json.JSONDecodeError as error:
+            if at_end:
+                raise DataError("not valid JSON", path,
+                                line + buffer.count("\n", position, error.pos)) from None
+            read_more()  # the value may go on in the part not read yet
+            continue
+        yield line, value
+        line += buffer.count("\n", position, end)
+        position = end
+
+
+def _read_json(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
+    with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", errors="replace") as stream:
+        for line, value in _json_values(stream, path):
+            text = _text_of(value, options, records, line)
+            if text is not None:
+                records.accept("\ufffd" in text)
+                yield text
+
+
+def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
+    # Documents are longer than csv's default 128 KiB field limit; the limit is process-wide,
+    # and raising it only lets more through.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    tsv = _format_of(path) == ".tsv"
+    with _open_bytes(path) as stream:
+        invalid_lines = [0]
+
+        def lines() -> Iterator[str]:
+            for _, line, invalid in _lines(stream):
+                invalid_lines[0] += invalid
+                yield line
+
+        # TSV has no quoting (IANA text/tab-separated-values): a '"' in a TSV cell is text.
+        reader = csv.reader(lines(), delimiter="\t" if tsv else ",",
+                            quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+        header = next(reader, None)
+        if header is None:
+            return
+        if options.text_field not in header:
+            raise DataError(f"no {options.text_field!r} column (columns: {', '.join(header)})",
+                            path, 1)
+        column = header.index(options.text_field)
+        while True:
+            invalid_before = invalid_lines[0]
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                records.reject("bad_row", f"cannot parse the row ({error})", reader.line_num)
+                continue
+            if not row:
+                continue
+            if column >= len(row):
+                records.reject("short_row", f"the row has {len(row)} cells, so no "
+                               f"{options.text_field!r}", reader.line_num)
+                continue
+            records.accept(invalid_lines[0] > invalid_before)
+            yield row[column]
+
+
+def _read_parquet(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
+    import pyarrow  # heavy, and only Parquet sources need it
+    import pyarrow.parquet
+
+    try:
+        table = pyarrow.parquet.ParquetFile(path)
+    except pyarrow.ArrowException as error:
+        raise DataError(f"not a readable Parquet file ({error})", path) from None
+    names = table.schema_arrow.names
+    if options.text_field not in names:
+        raise DataError(f"no {options.text_field!r} column (columns: {', '.join(names)})", path)
+    row = 0
+    for batch in table.iter_batches(PARQUET_BATCH_ROWS, columns=[options.text_field]):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            if isinstance(value, bytes):
+                value, invalid = _decode(value)
+            else:
+                invalid = False
+            if not isinstance(value, str):
+                records.reject("not_text", f"row {row}: the {options.text_field!r} column "
+                               f"holds {type(value).__name__}, not a string", None)
+                continue
+            records.accept(invalid)
+            yield value
+
+
+READERS: dict[str, Callable[[Path, ReadOptions, _Records], Iterator[str]]] = {
+    ".txt": _read_txt, ".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_delimited,
+    ".tsv": _read_delimited, ".parquet": _read_parquet,
+}
+
+
+def read_file(path: Path, options: ReadOptions = ReadOptions(),
+              stats: ReadStats | None = None) -> Iterator[str]:
+    """Stream the documents of one file, counting into `stats`."""
+    path = Path(path)
+    kind = _format_of(path)
+    if kind is None:
+        raise DataError("unsupported file type", path)
+    stats = ReadStats() if stats is None else stats
+    records = _Records(path, options, stats)
+    try:
+        if kind != ".parquet":
+            _check_text(path)
+        stats.files += 1
+        yield from READERS[kind](path, options, records)
+    except (OSError, EOFError, zstandard.ZstdError) as error:
+        raise DataError(f"cannot be read ({error})", path) from None
+    records.finish()
+
+
+def read_sources(sources: Sequence[str], text_field: str = "text",
+                 blank_line_documents: bool = False, *, strict: bool = False,
+                 stats: ReadStats | None = None) -> Iterator[str]:
+    """Stream the documents of every file the sources name; an empty corpus is an error."""
+    options = ReadOptions(text_field, blank_line_documents, strict)
+    stats = ReadStats() if stats is None else stats
+    before = stats.documents
     for path in expand_sources(sources):
-        yield from read_documents(path, text_field, blank_line_documents)
+        yield from read_file(path, options, stats)
+    if stats.documents == before:
+        raise DataError(f"{' '.join(map(str, sources))}: the corpus is empty (no documents)")
+
+
+# ---------------------------------------------------------------- weighted mixing
+
+
+@dataclass
+class MixedSource:
+    """One source in a mix: its target share, the multiplier that meets it, what happened.
+
+    Weights are relative target shares of documents: `a:0.7 b:0.3` asks for 70% of the mixed
+    documents from `a`. The mix keeps the corpus's total document count, so each source is
+    up-sampled (repeated) or down-sampled by `multiplier = share * total / documents`.
+    """
+
+    name: str
+    documents: int
+    share: float
+    multiplier: float
+    documents_in: int = 0
+    documents_out: int = 0
+
+
+def plan_mix(counts: Mapping[str, int], weights: Mapping[str, float] | None) -> list[MixedSource]:
+    """Multipliers that turn per-source document counts into the weighted shares.
+
+    With no weights each source keeps its documents (multiplier 1).
+    """
+    total = sum(counts.values())
+    if total == 0:
+        raise DataError("the corpus is empty (no documents in any source)")
+    if weights is None:
+        return [MixedSource(name, n, n / total, 1.0) for name, n in counts.items()]
+    if set(weights) != set(counts):
+        raise DataError("give every source a weight, or none "
+                        f"(weighted: {', '.join(weights) or 'none'})")
+    weight_sum = sum(weights.values())
+    plan = []
+    for name, documents in counts.items():
+        share = weights[name] / weight_sum
+        if documents == 0:
+            raise DataError(f"{name}: weighted {share:.0%} of the mix but has no documents")
+        plan.append(MixedSource(name, documents, share, share * total / documents))
+    return plan
+
+
+def resample(items: Iterable[T], multiplier: float, rng: np.random.Generator) -> Iterator[T]:
+    """Each item `floor(multiplier)` times, plus once more with the fractional probability:
+    the expected count is exactly `multiplier` per item, and copies stay whole documents."""
+    whole, fraction = divmod(multiplier, 1.0)
+    for item in items:
+        for _ in range(int(whole) + int(rng.random() < fraction)):
+            yield item
+
+
+_DONE = object()  # an exhausted stream, distinct from any item
+
+
+def mix(streams: Sequence[Iterable[T]], plan: Sequence[MixedSource], seed: int) -> Iterator[T]:
+    """Resample each stream by its plan's multiplier and interleave them evenly.
+
+    Deterministic for a seed. Interleaving takes next the source furthest behind its expected
+    output, so any stretch of the result has about the target shares (training need not see
+    one source after another). Counts land in `plan` (`documents_in`, `documents_out`) as the
+    mix is consumed; `realised_shares(plan)` reads them afterwards.
+
+    Mix after deduplication: exact dedup would remove the copies up-sampling makes.
+    """
+    iterators = []
+    for index, (stream, source) in enumerate(zip(streams, plan, strict=True)):
+        rng = np.random.default_rng([seed, index])
+        iterators.append(resample(_counting(stream, source), source.multiplier, rng))
+    expected = [max(s.documents * s.multiplier, 1e-9) for s in plan]
+    queue = [(0.0, index) for index in range(len(plan))]
+    while queue:
+        _, index = heapq.heappop(queue)
+        item = next(iterators[index], _DONE)
+        if item is _DONE:
+            continue
+        plan[index].documents_out += 1
+        yield item
+        heapq.heappush(queue, (plan[index].documents_out / expected[index], index))
+
+
+def _counting(stream: Iterable[T], source: MixedSource) -> Iterator[T]:
+    for item in stream:
+        source.documents_in += 1
+        yield item
+
+
+def realised_shares(plan: Sequence[MixedSource]) -> dict[str, float]:
+    """The share of the mixed documents each source actually gave."""
+    total = sum(s.documents_out for s in plan)
+    return {s.name: s.documents_out / total if total else 0.0 for s in plan}

@@ -1,0 +1,266 @@
+"""Readers for every format and compression, source specs, bad input, weighted mixing."""
+
+import gzip
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from lmlab.data import corpus
+from lmlab.data.corpus import (
+    MixedSource,
+    ReadOptions,
+    ReadStats,
+    SourceSpec,
+    expand_sources,
+    mix,
+    parse_source,
+    plan_mix,
+    read_file,
+    read_sources,
+    realised_shares,
+    resample,
+)
+from lmlab.data.errors import DataError
+
+DOCS = ["First document,\nwith two lines.", "Second — ünïcode “quotes”.", "Third, \"quoted\"."]
+
+
+def write(path, data: bytes):
+    """Write `data`, compressed as the name's last suffix asks."""
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def jsonl(docs, field="text"):
+    return "".join(json.dumps({field: d, "id": i}) + "\n" for i, d in enumerate(docs)).encode()
+
+
+def csv_bytes(docs):
+    quoted = ['"' + d.replace('"', '""') + '"' for d in docs]
+    return ("id,text\n" + "".join(f"{i},{q}\n" for i, q in enumerate(quoted))).encode()
+
+
+def read(path, **options):
+    return list(read_file(path, ReadOptions(**options)))
+
+
+def one_line_error(match, call):
+    with pytest.raises(DataError) as caught:
+        call()
+    message = str(caught.value)
+    assert "\n" not in message and match in message, message
+    return message
+
+
+# ---------------------------------------------------------------- every reader
+
+
+@pytest.mark.parametrize("compression", ["", ".gz", ".zst"])
+def test_each_text_format_reads_the_same_documents_compressed_or_not(tmp_path, compression):
+    flat = [d.replace("\n", " ") for d in DOCS]
+    files = {
+        "a.jsonl": jsonl(DOCS),
+        "a.json": json.dumps([{"text": d} for d in DOCS], indent=2).encode(),
+        "a.csv": csv_bytes(DOCS),
+        "a.tsv": ("id\ttext\n" + "".join(f"{i}\t{d}\n" for i, d in enumerate(flat))).encode(),
+        "blank.txt": "\n\n".join(DOCS).encode(),
+    }
+    for name, data in files.items():
+        path = write(tmp_path / (name + compression), data)
+        expected = flat if name == "a.tsv" else DOCS
+        assert read(path, blank_line_documents=name == "blank.txt") == expected, name
+    whole = write(tmp_path / ("whole.txt" + compression), "\ufeffone file\n\none document".encode())
+    assert read(whole) == ["one file\n\none document"]  # the byte-order mark is not text
+
+
+def test_json_streams_an_array_across_read_chunks_and_accepts_bare_objects(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "JSON_READ_CHARS", 7)  # every value spans several reads
+    docs = [f"document {i} " + "x" * (i * 5) for i in range(20)]
+    array = write(tmp_path / "array.json", json.dumps([{"text": d} for d in docs]).encode())
+    assert read(array) == docs
+    concatenated = write(tmp_path / "objects.json", jsonl(docs[:3]))
+    assert read(concatenated) == docs[:3]
+
+
+def test_field_and_column_options(tmp_path):
+    assert read(write(tmp_path / "a.jsonl", jsonl(DOCS, "body")), text_field="body") == DOCS
+    table = pa.table({"id": [1, 2, 3], "body": DOCS})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert read(tmp_path / "a.parquet", text_field="body") == DOCS
+
+
+def test_parquet_streams_row_groups_and_counts_null_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "PARQUET_BATCH_ROWS", 3)
+    texts = [f"row {i}" for i in range(500)] + [None]
+    pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=64)
+    stats = ReadStats()
+    got = list(read_file(tmp_path / "big.parquet", stats=stats))
+    assert got == texts[:-1]
+    assert stats.skipped == {"not_text": 1} and stats.documents == 500
+
+
+def test_txt_blank_lines_with_windows_line_ends(tmp_path):
+    path = write(tmp_path / "a.txt", b"one\r\ntwo\r\n\r\n  \r\nthree\r\n")
+    assert read(path, blank_line_documents=True) == ["one\ntwo", "three"]
+
+
+def test_invalid_utf8_is_replaced_and_counted_not_fatal(tmp_path):
+    path = write(tmp_path / "a.jsonl", b'{"text": "fine"}\n{"text": "bad \xff byte"}\n')
+    stats = ReadStats()
+    assert list(read_file(path, stats=stats)) == ["fine", "bad \ufffd byte"]
+    assert stats.invalid_utf8_documents == 1 and stats.documents == 2
+
+
+def test_csv_counts_invalid_utf8_per_record(tmp_path):
+    path = write(tmp_path / "a.csv", b'text\n"ok"\n"multi\nline \xfe"\n"ok too"\n')
+    stats = ReadStats()
+    assert list(read_file(path, stats=stats)) == ["ok", "multi\nline \ufffd", "ok too"]
+    assert stats.invalid_utf8_documents == 1
+
+
+# ---------------------------------------------------------------- sources
+
+
+def test_directories_recurse_in_sorted_order_and_skip_other_files(tmp_path):
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "b" / "z.txt", b"z")
+    write(tmp_path / "a.jsonl.gz", jsonl(["a"]))
+    write(tmp_path / "notes.md", b"not a corpus")
+    write(tmp_path / "b" / "c.txt.zst", b"c")
+    assert [p.name for p in expand_sources([str(tmp_path)])] == ["a.jsonl.gz", "c.txt.zst",
+                                                                 "z.txt"]
+    assert list(read_sources([str(tmp_path)])) == ["a", "c", "z"]
+    assert list(read_sources([str(tmp_path / "b" / "*.txt*")])) == ["c", "z"]
+
+
+def test_source_specs_take_a_trailing_number_as_weight(tmp_path):
+    assert parse_source("corpus.jsonl:0.7") == SourceSpec("corpus.jsonl", 0.7)
+    assert parse_source("code/:3") == SourceSpec("code/", 3.0)
+    assert parse_source("plain.txt") == SourceSpec("plain.txt", None)
+    assert parse_source("s3:bucket/x.txt") == SourceSpec("s3:bucket/x.txt", None)
+    existing = tmp_path / "odd:2"
+    existing.write_text("x")
+    assert parse_source(str(existing)) == SourceSpec(str(existing), None)
+    one_line_error("a.txt:-1: the weight must be a positive number",
+                   lambda: parse_source("a.txt:-1"))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_a_missing_path_names_it(tmp_path):
+    one_line_error("nowhere.jsonl: no such file", lambda: expand_sources(["nowhere.jsonl"]))
+    one_line_error("*.jsonl: no readable file matches",
+                   lambda: expand_sources([str(tmp_path / "*.jsonl")]))
+    one_line_error("unsupported file type",
+                   lambda: expand_sources([str(write(tmp_path / "x.docx", b"x"))]))
+
+
+def test_a_binary_file_is_refused(tmp_path):
+    path = write(tmp_path / "model.txt.gz", b"\x7fELF\x00\x00\x01" * 100)
+    one_line_error("model.txt.gz: looks like a binary file", lambda: read(path))
+
+
+@pytest.mark.parametrize("name,data", [("cut.jsonl.gz", gzip.compress(b"x" * 999)[:-8]),
+                                       ("cut.jsonl.zst", b"(\xb5/\xfd garbage")])
+def test_a_corrupt_compressed_file_is_one_line(tmp_path, name, data):
+    (tmp_path / name).write_bytes(data)
+    one_line_error(f"{name}: cannot be read", lambda: read(tmp_path / name))
+
+
+def test_not_a_parquet_file(tmp_path):
+    path = write(tmp_path / "x.parquet", b"PAR1 but not really")
+    one_line_error("x.parquet: not a readable Parquet file", lambda: read(path))
+
+
+def test_a_bad_jsonl_line_is_skipped_and_counted_or_fatal_when_strict(tmp_path):
+    lines = [json.dumps({"text": f"doc {i}"}) for i in range(300)]
+    lines[41] = "{oops"
+    lines[99] = json.dumps({"body": "no text field"})
+    path = write(tmp_path / "big.jsonl", "\n".join(lines).encode())
+    stats = ReadStats()
+    assert len(list(read_file(path, stats=stats))) == 298
+    assert stats.skipped == {"not_json": 1, "missing_field": 1}
+    one_line_error("big.jsonl:42: not valid JSON", lambda: read(path, strict=True))
+
+
+def test_a_file_of_mostly_bad_records_fails_even_without_strict(tmp_path):
+    path = write(tmp_path / "bad.jsonl", b'{"text": "fine"}\n{oops\n')
+    message = one_line_error("bad.jsonl:2: not valid JSON", lambda: read(path))
+    assert "1 of 2 records bad" in message
+    wrong_field = write(tmp_path / "f.jsonl", jsonl(DOCS, "body"))
+    one_line_error("f.jsonl:1: no 'text' field (fields: body, id)", lambda: read(wrong_field))
+
+
+def test_a_json_array_error_names_the_line(tmp_path):
+    path = write(tmp_path / "a.json", b'[\n {"text": "a"},\n {"text": "b"},\n {"text": }\n]')
+    one_line_error("a.json:4: not valid JSON", lambda: read(path))
+    unclosed = write(tmp_path / "u.json", b'[\n {"text": "a"},\n')
+    one_line_error("u.json:3: the JSON array is never closed", lambda: read(unclosed))
+
+
+def test_a_missing_column_names_the_file_and_the_columns(tmp_path):
+    path = write(tmp_path / "a.csv.gz", b"id,body\n1,hello\n")
+    one_line_error("a.csv.gz:1: no 'text' column (columns: id, body)", lambda: read(path))
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "a.parquet")
+    one_line_error("a.parquet: no 'text' column (columns: body)",
+                   lambda: read(tmp_path / "a.parquet"))
+
+
+def test_an_empty_corpus_is_an_error(tmp_path):
+    write(tmp_path / "empty.jsonl", b"\n\n")
+    one_line_error("empty.jsonl: the corpus is empty",
+                   lambda: list(read_sources([str(tmp_path / "empty.jsonl")])))
+
+
+# ---------------------------------------------------------------- mixing
+
+
+def test_weights_are_target_shares_met_by_resampling():
+    counts = {"big": 2000, "small": 200}
+    plan = plan_mix(counts, {"big": 0.7, "small": 0.3})
+    assert [round(s.multiplier, 3) for s in plan] == [0.77, 3.3]
+    streams = [[f"big {i}" for i in range(2000)], [f"small {i}" for i in range(200)]]
+    mixed = list(mix(streams, plan, seed=0))
+    shares = realised_shares(plan)
+    assert abs(shares["big"] - 0.7) < 0.02 and abs(shares["small"] - 0.3) < 0.02
+    assert abs(len(mixed) - 2200) < 60  # the corpus keeps its size
+    assert [s.documents_in for s in plan] == [2000, 200]
+    # Interleaved evenly: the first tenth already has about the target shares.
+    head = mixed[: len(mixed) // 10]
+    assert 0.2 < sum(d.startswith("small") for d in head) / len(head) < 0.4
+
+
+def test_mixing_is_deterministic_for_a_seed():
+    def run(seed):
+        plan = plan_mix({"a": 50, "b": 50}, {"a": 1, "b": 2})
+        return list(mix([range(50), range(100, 150)], plan, seed))
+
+    assert run(1) == run(1) and run(1) != run(2)
+
+
+def test_no_weights_keep_every_document_once():
+    plan = plan_mix({"a": 3, "b": 2}, None)
+    assert sorted(mix([["a1", "a2", "a3"], ["b1", "b2"]], plan, seed=0)) == \
+        ["a1", "a2", "a3", "b1", "b2"]
+    assert realised_shares(plan) == {"a": 0.6, "b": 0.4}
+
+
+def test_resampling_keeps_the_expected_count():
+    rng = np.random.default_rng(0)
+    assert len(list(resample(range(10_000), 2.25, rng))) == pytest.approx(22_500, rel=0.01)
+    assert len(list(resample(range(10_000), 0.1, rng))) == pytest.approx(1_000, rel=0.1)
+
+
+def test_weights_for_some_sources_only_are_refused():
+    one_line_error("give every source a weight, or none",
+                   lambda: plan_mix({"a": 1, "b": 1}, {"a": 0.5}))
+    assert isinstance(plan_mix({"a": 1}, None)[0], MixedSource)
