@@ -1,0 +1,1 @@
+"""Evaluating a trained run: perplexity, pseudo-perplexity, bits per byte, minimal pairs."""
