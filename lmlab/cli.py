@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from lmlab.eval.commands import add_eval_command
 from lmlab.train.checkpoint import CheckpointError
 from lmlab.train.config import TrainConfig, field_types, parse_value, resolve_config
 from lmlab.train.loop import TrainingError, pretrain
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain_parser = commands.add_parser("pretrain", help="pre-train a model")
     add_pretrain_arguments(pretrain_parser)
     pretrain_parser.set_defaults(run=pretrain_command)
+    add_eval_command(commands)
     return parser
 
 

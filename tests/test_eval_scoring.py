@@ -14,6 +14,7 @@ from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import CausalLM, PrefixLM, SpecialTokens
 from lmlab.objectives.span_corruption import corrupt_spans
 from lmlab.presets import preset
+from tests.eval_models import favouring_model
 
 CONTEXT = 24
 
@@ -154,17 +155,8 @@ def test_smaller_strides_score_every_token_but_the_first_once(special, stride):
 
 
 def test_a_hand_built_model_gives_closed_form_log_probabilities(special):
-    """Final norm outputs a constant vector; an untied decoder favours one token by 5 nats.
-    Every prediction is then log softmax of a known logit vector."""
-    cfg = preset("gpt2-tiny", special.vocab_size, CONTEXT, tie_embeddings=False)
-    model = LanguageModel(cfg, ("lm",)).eval()
     favoured = 40
-    with torch.no_grad():
-        model.backbone.final_norm.weight.zero_()
-        model.backbone.final_norm.bias.zero_()
-        model.backbone.final_norm.bias[0] = 1.0
-        model.heads["lm"].decoder.weight.zero_()
-        model.heads["lm"].decoder.weight[favoured, 0] = 5.0
+    model = favouring_model(special, favoured, logit=5.0, context=CONTEXT)
     log_z = math.log(math.exp(5.0) + special.vocab_size - 1)
     doc = torch.tensor([50, favoured, favoured, 51, favoured])
     scores = score_documents(model, NextTokenScoring(special), [doc])

@@ -49,7 +49,7 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     `stride` (default: half a window).
     """
     window = rule.window(model.cfg.max_seq_len)
-    stride = stride or default_stride(window)
+    stride = default_stride(window) if stride is None else stride
     check_stride(window, stride)
     if rule.head not in model.heads:
         raise ValueError(f"{rule.name} scoring needs the model's {rule.head!r} head")

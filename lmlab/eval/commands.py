@@ -1,0 +1,54 @@
+"""`lmlab eval RUN --data DIR|FILES... --pairs FILES...`: the command line of evaluation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS
+
+
+def add_eval_command(commands) -> None:
+    parser = commands.add_parser(
+        "eval", help="perplexity, bits per byte and minimal-pair accuracy of a run")
+    parser.add_argument("run_dir", metavar="RUN", type=Path, help="a run directory")
+    parser.add_argument("--data", nargs="+", metavar="SOURCE",
+                        help="a prepared dataset directory, or .txt/.jsonl files")
+    parser.add_argument("--split", default="validation", help="a dataset's split to score")
+    parser.add_argument("--pairs", nargs="+", metavar="FILE",
+                        help="BLiMP-format .jsonl files (sentence_good, sentence_bad) or "
+                             "directories of them")
+    parser.add_argument("--group-by", metavar="KEYS",
+                        help="comma-separated pair fields to group accuracy by ('file' = the "
+                             "file name); default: file, field and UID where present")
+    parser.add_argument("--stride", type=int,
+                        help="tokens a window moves by on long documents; default: half the "
+                             "model's context")
+    parser.add_argument("--max-tokens", type=int, help="score only the first documents, "
+                                                       "until they hold this many tokens")
+    parser.add_argument("--text-field", default="text", help="JSONL field to read")
+    parser.add_argument("--checkpoint", default="best", help="best, last or a checkpoint name")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+                        help="padded tokens per forward pass")
+    parser.add_argument("--out", type=Path, help="also write the results here as JSON")
+    parser.set_defaults(run=eval_command)
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from lmlab.eval.evaluate import evaluate
+    from lmlab.eval.report import format_report, write_json
+
+    if args.data is None and args.pairs is None:
+        raise ValueError("lmlab eval needs --data (a prepared dataset or text files) and/or "
+                         "--pairs (minimal-pair files)")
+    group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by else None
+    result = evaluate(args.run_dir, args.data, args.pairs, stride=args.stride,
+                      split=args.split, max_tokens=args.max_tokens, text_field=args.text_field,
+                      group_by=group_by, checkpoint=args.checkpoint, device=args.device,
+                      batch_tokens=args.batch_tokens, progress=True)
+    print(format_report(result))
+    if args.out:
+        write_json(result, args.out)
+        print(f"results written to {args.out}")
+    return 0

@@ -1,0 +1,107 @@
+"""`lmlab.evaluate`: perplexity, bits per byte and minimal-pair accuracy of a run, as one
+JSON-ready dict, under every scoring rule the run's objectives call for (see rules.py); and
+`score_texts`, the per-text log-likelihoods behind `Pretrained.score`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from lmlab.eval.minimal_pairs import pair_accuracy, pair_files, read_pairs
+from lmlab.eval.perplexity import text_metrics
+from lmlab.eval.rules import ScoringRule, rules_for
+from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, DocumentScores, score_documents
+from lmlab.eval.texts import EvalText, dataset_text, encode, file_text
+from lmlab.infer.pretrained import Pretrained, load
+
+
+def scoring_rule(pretrained: Pretrained, name: str | None = None) -> ScoringRule:
+    """The rule called `name`, or the one of the run's first objective."""
+    rules = rules_for(pretrained.objectives, pretrained.special)
+    if name is None:
+        return rules[0]
+    for rule in rules:
+        if rule.name == name:
+            return rule
+    raise ValueError(f"a model trained with {pretrained.objective!r} has no {name!r} scoring; "
+                     f"choose {', '.join(r.name for r in rules)}")
+
+
+def score_texts(pretrained: Pretrained, texts: Sequence[str], rule: str | None = None,
+                stride: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                progress: bool = False) -> DocumentScores:
+    """Each text's log-likelihood in nats under `rule` (default: the run's first objective's):
+    summed log-probabilities for causal and prefix models, pseudo-log-likelihood for masked
+    and span models. The result names the rule and counts the tokens scored per text."""
+    documents = encode(pretrained.require_tokenizer(), texts)
+    return score_documents(pretrained.model, scoring_rule(pretrained, rule), documents, stride,
+                           batch_tokens, progress)
+
+
+def evaluation_text(data: str | Path | Sequence[str | Path], pretrained: Pretrained,
+                    split: str = "validation", text_field: str = "text",
+                    max_tokens: int | None = None) -> EvalText:
+    """A prepared dataset directory (its `split`), or text files, directories and globs."""
+    sources = [data] if isinstance(data, str | Path) else list(data)
+    first = Path(sources[0])
+    if len(sources) == 1 and first.is_dir() and any(
+            (first / name).exists() for name in ("meta.json", "tokenizer.json")):
+        return dataset_text(first, split, pretrained, max_tokens)
+    return file_text([str(s) for s in sources], pretrained, text_field, max_tokens)
+
+
+def evaluate(model: str | Path | Pretrained, data: str | Path | Sequence[str | Path] | None = None,
+             pairs: Sequence[str | Path] | str | Path | None = None, *, stride: int | None = None,
+             split: str = "validation", max_tokens: int | None = None, text_field: str = "text",
+             group_by: Sequence[str] | None = None, checkpoint: str = "best",
+             device: str | torch.device = "cpu", batch_tokens: int = DEFAULT_BATCH_TOKENS,
+             progress: bool = False) -> dict:
+    """Evaluate a run directory (or a loaded `Pretrained`) on text and/or minimal pairs.
+
+    `data`: a prepared dataset (its validation split unless `split` says otherwise) or text
+    files; `pairs`: BLiMP-format .jsonl files or directories of them. Returns
+    {"run", "checkpoint", "objective", "data", "perplexity": [one entry per rule],
+    "pairs", "minimal_pairs": [one entry per rule]}, the parts asked for.
+    """
+    if data is None and pairs is None:
+        raise ValueError("nothing to evaluate: give data (a prepared dataset or text files) "
+                         "and/or minimal pairs")
+    pretrained = model if isinstance(model, Pretrained) else load(model, checkpoint, device)
+    pair_paths = [pairs] if isinstance(pairs, str | Path) else pairs
+    pair_list = read_pairs(pair_paths, group_by) if pair_paths is not None else None
+    rules = rules_for(pretrained.objectives, pretrained.special)
+    result = {"run": str(pretrained.run), "objective": pretrained.objective,
+              "checkpoint": pretrained.checkpoint.name if pretrained.checkpoint else None}
+    if data is not None:
+        text = evaluation_text(data, pretrained, split, text_field, max_tokens)
+        result["data"] = {"source": text.source, "documents": len(text.documents),
+                          "tokens": text.tokens, "bytes": text.bytes}
+        result["perplexity"] = [text_metrics(pretrained.model, rule, text, stride, batch_tokens,
+                                             progress) for rule in rules]
+    if pair_list is not None:
+        result["pairs"] = {"files": [str(p) for p in pair_files(pair_paths)],
+                           "pairs": len(pair_list)}
+        result["minimal_pairs"] = [_pair_results(pretrained, rule, pair_list, batch_tokens,
+                                                 progress) for rule in rules]
+    return result
+
+
+def _pair_results(pretrained: Pretrained, rule: ScoringRule, pairs, batch_tokens: int,
+                  progress: bool) -> dict:
+    timing = {}
+
+    def score(sentences: list[str]):
+        start = time.perf_counter()
+        scores = score_texts(pretrained, sentences, rule.name, batch_tokens=batch_tokens,
+                             progress=progress)
+        timing.update(sentences=len(sentences), tokens_scored=int(scores.predictions.sum()),
+                      seconds=time.perf_counter() - start)
+        return scores.log_likelihood
+
+    accuracy = pair_accuracy(pairs, score)
+    return {"rule": rule.name, "description": rule.description, **timing,
+            "tokens_per_second": timing["tokens_scored"] / max(timing["seconds"], 1e-9),
+            **accuracy}

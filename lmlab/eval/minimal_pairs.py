@@ -1,0 +1,108 @@
+"""Minimal pairs in BLiMP's format: does the model score each grammatical sentence above its
+ungrammatical twin?
+
+Each JSONL line holds `sentence_good` and `sentence_bad`. Accuracy is the share of pairs whose
+good sentence scores strictly higher: equal scores count as wrong, so a model (or a scoring
+rule) that cannot tell the two apart gets no credit for the pair. Results are grouped by file
+and, where lines carry them, by `field` and by `UID` (UID only where it is not just the file
+name again); `group_by` asks for other keys ("file" is the file name), which every line must
+then have.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.data.errors import DataError
+
+SENTENCES = ("sentence_good", "sentence_bad")
+DEFAULT_GROUPS = ("file", "field", "UID")
+
+
+@dataclass(frozen=True)
+class Pair:
+    good: str
+    bad: str
+    groups: dict[str, str]  # grouping key → this pair's value
+
+
+def pair_files(paths: Sequence[str | Path]) -> list[Path]:
+    """Files as given; a directory stands for its *.jsonl files, sorted."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise DataError(f"{path}: no .jsonl files in this directory")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataError(f"{path}: no such file or directory")
+    return files
+
+
+def _pair(line: str, path: Path, number: int, keys: Sequence[str], required: bool) -> Pair:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(f"not valid JSON ({error.msg})", path, number) from None
+    if not isinstance(record, dict):
+        raise DataError("expected a JSON object with sentence_good and sentence_bad", path,
+                        number)
+    for name in SENTENCES:
+        if name not in record:
+            raise DataError(f"missing {name!r}", path, number)
+        if not isinstance(record[name], str) or not record[name].strip():
+            raise DataError(f"{name!r} must be a non-empty string", path, number)
+    groups = {}
+    for key in keys:
+        if key == "file":
+            groups[key] = path.stem
+        elif key in record:
+            groups[key] = str(record[key])
+        elif required:
+            raise DataError(f"no {key!r} to group by", path, number)
+    return Pair(record["sentence_good"], record["sentence_bad"], groups)
+
+
+def read_pairs(paths: Sequence[str | Path], group_by: Sequence[str] | None = None) -> list[Pair]:
+    keys = list(group_by) if group_by else list(DEFAULT_GROUPS)
+    pairs = []
+    for path in pair_files(paths):
+        before = len(pairs)
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    pairs.append(_pair(line, path, number, keys, required=bool(group_by)))
+        if len(pairs) == before:
+            raise DataError("no minimal pairs in this file", path)
+    if not group_by and all(p.groups.get("UID") == p.groups["file"] for p in pairs):
+        for pair in pairs:
+            pair.groups.pop("UID", None)
+    return pairs
+
+
+def _stats(correct: np.ndarray, ties: np.ndarray) -> dict:
+    return {"pairs": len(correct), "correct": int(correct.sum()), "ties": int(ties.sum()),
+            "accuracy": float(correct.mean()) if len(correct) else 0.0}
+
+
+def pair_accuracy(pairs: Sequence[Pair], score: Callable[[list[str]], np.ndarray]) -> dict:
+    """Accuracy overall and per group; `score` maps sentences to log-likelihoods."""
+    sentences = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
+    by_sentence = dict(zip(sentences, np.asarray(score(sentences), dtype=float), strict=True))
+    good = np.array([by_sentence[p.good] for p in pairs])
+    bad = np.array([by_sentence[p.bad] for p in pairs])
+    correct, ties = good > bad, good == bad
+    groups: dict[str, dict[str, dict]] = {}
+    for key in dict.fromkeys(k for p in pairs for k in p.groups):
+        values = np.array([p.groups.get(key) for p in pairs], dtype=object)
+        groups[key] = {value: _stats(correct[values == value], ties[values == value])
+                       for value in sorted(v for v in set(values) if v is not None)}
+    return {**_stats(correct, ties), "groups": groups}

@@ -1,0 +1,101 @@
+"""Text to evaluate on, as token-id documents with the UTF-8 bytes of their text.
+
+A prepared dataset gives a split's documents as stored (its [EOS] dropped; the bytes come
+from decoding them); raw text files (.txt, .jsonl, ...) are read as `lmlab prepare` reads
+them and tokenised with the run's tokenizer, as given. With `max_tokens`, documents are taken
+in order until they hold at least that many tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from lmlab.data.corpus import expand_sources, read_sources
+from lmlab.data.dataset import open_dataset
+from lmlab.data.errors import DataError
+from lmlab.infer.pretrained import Pretrained
+
+ENCODE_BATCH = 256
+
+
+@dataclass
+class EvalText:
+    source: str
+    documents: list[np.ndarray]  # token ids, no [EOS]
+    bytes: int  # UTF-8 bytes of the documents' text
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(d) for d in self.documents)
+
+
+def _take(items: Iterable, max_tokens: int | None, size: Callable = len) -> Iterator:
+    """Items in order until they hold at least `max_tokens` tokens (all when None)."""
+    total = 0
+    for item in items:
+        if max_tokens is not None and total >= max_tokens:
+            return
+        total += size(item)
+        yield item
+
+
+def dataset_text(path: str | Path, split: str, pretrained: Pretrained,
+                 max_tokens: int | None = None) -> EvalText:
+    dataset = open_dataset(Path(path))
+    splits = {"train": dataset.train, "validation": dataset.validation}
+    if split not in splits:
+        raise DataError(f"{path}: no split {split!r}; choose train or validation")
+    tokenizer = Tokenizer.from_str(dataset.tokenizer_json)
+    _check_same_tokenizer(pretrained, tokenizer, dataset.special, path)
+    stream, eos = splits[split], dataset.special.eos
+
+    def documents() -> Iterator[np.ndarray]:
+        for start, stop in stream.document_spans().tolist():
+            ids = stream.read(start, stop)
+            yield ids[:-1] if len(ids) and ids[-1] == eos else ids
+
+    chosen = [d for d in _take(documents(), max_tokens) if len(d)]
+    texts = tokenizer.decode_batch([d.tolist() for d in chosen], skip_special_tokens=True)
+    return EvalText(f"{path} ({split})", chosen, sum(len(t.encode("utf-8")) for t in texts))
+
+
+def _check_same_tokenizer(pretrained: Pretrained, tokenizer: Tokenizer, special,
+                          path) -> None:
+    if pretrained.tokenizer is None:
+        same = special == pretrained.special
+    else:
+        same = (tokenizer.get_vocab(with_added_tokens=True)
+                == pretrained.tokenizer.get_vocab(with_added_tokens=True))
+    if not same:
+        raise DataError(f"{path} was tokenised with another tokenizer than the run "
+                        f"{pretrained.run}; evaluate on text files or a dataset prepared "
+                        "for this run")
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(list(texts))]
+
+
+def file_text(sources: Sequence[str], pretrained: Pretrained, text_field: str = "text",
+              max_tokens: int | None = None) -> EvalText:
+    tokenizer = pretrained.require_tokenizer()
+    expand_sources(sources)  # a bad path fails before any reading
+
+    def encoded() -> Iterator[tuple[np.ndarray, str]]:
+        batch: list[str] = []
+        for text in read_sources(sources, text_field):
+            if text.strip():
+                batch.append(text)
+            if len(batch) == ENCODE_BATCH:
+                yield from zip(encode(tokenizer, batch), batch, strict=True)
+                batch = []
+        yield from zip(encode(tokenizer, batch), batch, strict=True)
+
+    chosen = list(_take(encoded(), max_tokens, size=lambda pair: len(pair[0])))
+    return EvalText(" ".join(map(str, sources)), [ids for ids, _ in chosen],
+                    sum(len(text.encode("utf-8")) for _, text in chosen))
