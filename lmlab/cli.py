@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from lmlab.data.command import add_prepare_command
 from lmlab.eval.commands import add_eval_command
 from lmlab.train.checkpoint import CheckpointError
 from lmlab.train.config import TrainConfig, field_types, parse_value, resolve_config
@@ -57,36 +58,10 @@ def pretrain_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def prepare_command(args: argparse.Namespace) -> int:
-    from lmlab.data.builtin_corpus import builtin_documents
-    from lmlab.data.corpus import expand_sources, read_sources
-    from lmlab.data.prepare import prepare
-
-    if args.sources:
-        expand_sources(args.sources)  # fail on a bad path before any work
-        documents = read_sources(args.sources, args.text_field, args.blank_line_documents)
-    else:
-        documents = builtin_documents()
-    recipe = {"sources": args.sources or ["builtin"], "text_field": args.text_field,
-              "blank_line_documents": args.blank_line_documents}
-    out = prepare(documents, args.out, args.vocab_size, args.validation_fraction, recipe)
-    print(f"dataset ready in {out}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    prepare_parser = commands.add_parser("prepare", help="turn text files into a dataset")
-    prepare_parser.add_argument("sources", nargs="*", help=".txt/.jsonl files (optionally "
-                                ".gz), directories or globs; none = the built-in corpus")
-    prepare_parser.add_argument("--out", type=Path, required=True)
-    prepare_parser.add_argument("--vocab-size", type=int, default=8192)
-    prepare_parser.add_argument("--validation-fraction", type=float, default=0.05)
-    prepare_parser.add_argument("--text-field", default="text", help="JSONL field to read")
-    prepare_parser.add_argument("--blank-line-documents", action="store_true",
-                                help="in .txt files, blank lines separate documents")
-    prepare_parser.set_defaults(run=prepare_command)
+    add_prepare_command(commands)
     pretrain_parser = commands.add_parser("pretrain", help="pre-train a model")
     add_pretrain_arguments(pretrain_parser)
     pretrain_parser.set_defaults(run=pretrain_command)

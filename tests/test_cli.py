@@ -29,7 +29,7 @@ def test_main_job_prepares_the_builtin_corpus_and_leaves_a_run(tmp_path, cache):
     run = tmp_path / "runs" / "clm"
     assert (run / "tokenizer.json").is_file() and (run / "curves.png").is_file()
     assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"][-1] == 3
-    assert (cache / "datasets" / "builtin-bpe-8192" / "meta.json").is_file()
+    assert (cache / "datasets" / "builtin-bpe-8192-v2" / "meta.json").is_file()
 
 
 def test_prepare_reads_jsonl_and_text_sources(tmp_path):

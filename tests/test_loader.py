@@ -20,7 +20,7 @@ def corpus(documents: int = 300, seed: int = 0) -> ArraySource:
     spans = np.stack((stops - lengths, stops), axis=1)
     tokens = np.arange(10, 10 + int(stops[-1]), dtype=np.int64)
     tokens[stops - 1] = EOS
-    sentences = [np.array([[s, min(s + 7, e)] for s in range(a, e, 7)]) for a, e in spans]
+    sentences = np.array([[s, min(s + 7, e)] for a, e in spans for s in range(a, e, 7)])
     return ArraySource(tokens, spans, sentences)
 
 
@@ -40,7 +40,7 @@ def test_best_fit_keeps_every_token_once_and_cuts_only_long_documents():
 
 def test_sentence_rows_never_mix_documents_and_fit():
     source = corpus(50)
-    rows = sentence_rows(source.sentences, 32)
+    rows = sentence_rows(source.sentences, source.spans, 32)
     doc_of = np.searchsorted(source.spans[:, 1], np.arange(source.num_tokens), side="right")
     for row in rows:
         assert len({int(doc_of[a]) for a, _ in row}) == 1

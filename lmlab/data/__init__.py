@@ -1,1 +1,12 @@
-"""Data: tokenizers, corpora and token shards."""
+"""Data: text sources → prepared dataset directories → token blocks for training.
+
+    lmlab.data.prepare(["corpus.jsonl:0.7", "code/:0.3"], "data/mine", tokenizer="wordpiece")
+    dataset = lmlab.data.open("data/mine")     # memory-mapped token streams, special tokens
+"""
+
+from lmlab.data.dataset import Dataset
+from lmlab.data.dataset import open_dataset as open  # noqa: A001 (shadows only in here)
+from lmlab.data.prepare import prepare, prepare_documents
+from lmlab.data.recipe import Recipe
+
+__all__ = ["Dataset", "Recipe", "open", "prepare", "prepare_documents"]

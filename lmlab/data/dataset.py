@@ -70,20 +70,22 @@ def open_dataset(path: Path) -> Dataset:
     )
 
 
+BUILTIN_DATASET = "builtin-bpe-8192-v2"  # the name changes with the dataset format
+
+
 def builtin_dataset_dir() -> Path:
     root = Path(os.environ.get("LMLAB_CACHE_DIR", Path.home() / ".cache" / "lmlab"))
-    return root / "datasets" / "builtin-bpe-8192"
+    return root / "datasets" / BUILTIN_DATASET
 
 
 def open_or_prepare(path: str | None) -> Dataset:
     """The dataset at `path`; with none, the built-in corpus, prepared on first use."""
     if path is not None:
         return open_dataset(Path(path))
-    from lmlab.data.builtin_corpus import builtin_documents
     from lmlab.data.prepare import is_complete, prepare
 
     directory = builtin_dataset_dir()
     if not is_complete(directory):
         print(f"preparing the built-in corpus in {directory} (once)")
-        prepare(builtin_documents(), directory, recipe={"source": "builtin"})
+        prepare((), directory)
     return open_dataset(directory)

@@ -34,7 +34,7 @@ class TokenSource(Protocol):
 
     def document_spans(self) -> np.ndarray: ...  # (documents, 2) global [start, stop)
 
-    def sentence_spans(self) -> list[np.ndarray] | None: ...  # per document, (sentences, 2)
+    def sentence_spans(self) -> np.ndarray | None: ...  # (sentences, 2) global [start, stop)
 
 
 @dataclass
@@ -43,7 +43,7 @@ class ArraySource:
 
     tokens: np.ndarray
     spans: np.ndarray
-    sentences: list[np.ndarray] | None = None
+    sentences: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -55,7 +55,7 @@ class ArraySource:
     def document_spans(self) -> np.ndarray:
         return self.spans
 
-    def sentence_spans(self) -> list[np.ndarray] | None:
+    def sentence_spans(self) -> np.ndarray | None:
         return self.sentences
 
 
@@ -87,8 +87,9 @@ class BlockBatches(IterableDataset):
             sentences = source.sentence_spans()
             if sentences is None:
                 raise DataError("this dataset has no sentence offsets, which sentence pairs "
-                                "(NSP) need; prepared datasets do not record them yet")
-            self.rows = sentence_rows(sentences, block_len)
+                                "(NSP) need: it was prepared by an older lmlab; run lmlab "
+                                "prepare again")
+            self.rows = sentence_rows(sentences, source.document_spans(), block_len)
             num_blocks = len(self.rows)
         else:
             raise ValueError(f"unknown packing {packing!r}")

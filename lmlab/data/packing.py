@@ -56,23 +56,26 @@ def best_fit_plan(spans: np.ndarray, block_len: int) -> list[list[Piece]]:
     return blocks
 
 
-def sentence_rows(sentence_spans: list[np.ndarray], block_len: int) -> list[list[Piece]]:
-    """Group each document's consecutive sentences into rows whose sentences plus one [SEP]
-    between each (and the three specials NSP adds) fit in `block_len`. A row never mixes
-    documents; documents with a single sentence still give a row (NSP halves it)."""
+def sentence_rows(sentences: np.ndarray, documents: np.ndarray,
+                  block_len: int) -> list[list[Piece]]:
+    """Group each document's consecutive sentences (global spans, in stream order) into rows
+    whose sentences plus one [SEP] between each (and the three specials NSP adds) fit in
+    `block_len`. A row never mixes documents; documents with a single sentence still give a
+    row (NSP halves it)."""
     budget = block_len - 3
+    document_of = np.searchsorted(documents[:, 1], sentences[:, 0], side="right").tolist()
     rows: list[list[Piece]] = []
-    for spans in sentence_spans:
-        row: list[Piece] = []
-        used = 0
-        for start, stop in spans.tolist():
-            stop = min(stop, start + budget)  # an over-long sentence is truncated
-            cost = stop - start + (1 if row else 0)
-            if row and used + cost > budget:
-                rows.append(row)
-                row, used, cost = [], 0, stop - start
-            row.append((start, stop))
-            used += cost
-        if row:
+    row: list[Piece] = []
+    used, row_document = 0, -1
+    for (start, stop), document in zip(sentences.tolist(), document_of, strict=True):
+        stop = min(stop, start + budget)  # an over-long sentence is truncated
+        cost = stop - start + (1 if row else 0)
+        if row and (document != row_document or used + cost > budget):
             rows.append(row)
+            row, used, cost = [], 0, stop - start
+        row.append((start, stop))
+        used += cost
+        row_document = document
+    if row:
+        rows.append(row)
     return rows

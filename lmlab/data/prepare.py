@@ -1,143 +1,164 @@
-"""`prepare`: text documents → a dataset directory that training reads fast.
+"""`prepare`: text sources → a dataset directory that training reads fast.
 
-    DIR/tokenizer.json                    byte-level BPE with lmlab's special tokens
-    DIR/{train,validation}.tokens.bin     token streams (see shards.py)
-    DIR/{train,validation}.documents.npy
-    DIR/meta.json                         versions, recipe, counts, bytes, tokens
+    DIR/tokenizer.json          trained here (bpe, wordpiece, unigram) or the one given, with
+                                lmlab's special tokens and sentinels
+    DIR/SPLIT.tokens.bin, SPLIT.documents.npy, SPLIT.sentences.npy   for train and validation
+                                (see shards.py)
+    DIR/meta.json               versions, the recipe, the input files, documents in and out of
+                                every step, file hashes, token statistics
+    DIR/stats.txt               the same counts and statistics, for people
 
-Steps: Unicode NFC and control characters stripped; exact duplicates dropped; a
-deterministic train/validation split from a hash of each document; the tokenizer trained on
-the training split; documents encoded in parallel batches (the tokenizer's Rust threads) and
-streamed to disk. The directory is built under a temporary name and renamed when complete,
-so an interrupted run never leaves a directory that looks finished; re-running with the same
-recipe reuses it.
+Steps, each counted: read (corpus.py: a bad record is skipped and counted, or fatal with
+`strict`); clean (cleaning.py); mix weighted sources by up- or down-sampling; split train and
+validation by a hash of each document; train or load the tokenizer; encode in parallel
+batches (the tokenizer's Rust threads) and stream ids and sentence offsets to disk.
+
+Memory stays bounded: documents move in chunks, and all that grows per document is the
+dedup digests. Weighted sources are cleaned one by one (a document repeated across sources
+stays in each: the weights decide how much of each source to keep), and mixed afterwards, so
+that deduplication never removes the copies up-sampling makes.
+
+The tokenizer must see the training split before anything is encoded, and a mix needs every
+source's count, so in those cases cleaned documents first go to a temporary file. With a
+given tokenizer and no weights nothing is written twice: a background thread reads and
+cleans while the encoder works.
+
+The directory is built under a temporary name and renamed when complete, so an interrupted
+run never leaves one that looks finished; re-running the same recipe on the same inputs
+reuses it, and anything else in the way is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
-import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from itertools import chain
 from pathlib import Path
 
+import numpy as np
 import tokenizers
-from tqdm import tqdm
+from tokenizers import Tokenizer
 
+from lmlab.data.cleaning import CleaningReport, clean, split_of
+from lmlab.data.corpus import (
+    MixedSource,
+    ReadStats,
+    mix,
+    parse_source,
+    plan_mix,
+    read_sources,
+    realised_shares,
+    source_files,
+)
 from lmlab.data.errors import DataError
-from lmlab.data.shards import TokenWriter
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.recipe import Recipe, make_recipe
+from lmlab.data.sentences import sentence_starts, token_starts
+from lmlab.data.shards import TokenWriter, pack_documents
+from lmlab.data.stats import TokenStats, format_report, token_summary
+from lmlab.data.streaming import Progress, chunked, in_background
+from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
 
-FORMAT_VERSION = 1
-CHUNK_DOCUMENTS = 512
-# Control characters except tab and newline (which carry layout).
-CONTROL = dict.fromkeys(c for c in range(32) if c not in (9, 10)) | {127: None}
-
-
-def normalise(text: str) -> str:
-    return unicodedata.normalize("NFC", text).translate(CONTROL).strip()
-
-
-def digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+FORMAT_VERSION = 2  # 2: sentence offsets, recipe record, statistics
+SPLITS = ("train", "validation")
+CHUNK_DOCUMENTS = 256  # per encode_batch call: enough to keep every core busy
 
 
-def in_validation(text_digest: bytes, fraction: float) -> bool:
-    """Deterministic per document: its hash, read as a number in [0, 1), below `fraction`."""
-    return int.from_bytes(text_digest[:8], "big") / 2**64 < fraction
+@dataclass
+class _Group:
+    """Documents cleaned together: all sources (no weights), or one weighted source."""
+
+    name: str
+    documents: Callable[[ReadStats], Iterator[str]]
+    weight: float | None = None
+
+
+# ---------------------------------------------------------------- the Python API
+
+
+def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
+            recipe_file: str | Path | None = None, **fields) -> Path:
+    """`lmlab prepare SOURCE... --out DIR` in Python; returns the dataset directory.
+
+    `sources` are files, directories or globs, each optionally `:WEIGHT`; None takes them
+    from the recipe file, and none at all means the built-in corpus. Keyword arguments are
+    Recipe fields (`tokenizer="wordpiece"`, `vocab_size=16000`, `near_dedup_threshold=None`).
+    """
+    if sources is not None:
+        fields["sources"] = [sources] if isinstance(sources, str | Path) else list(sources)
+    recipe = make_recipe(recipe_file, **fields)
+    if not recipe.sources:
+        from lmlab.data.builtin_corpus import builtin_documents
+
+        group = _Group("builtin", lambda stats: _counted(builtin_documents(), stats))
+        return _prepare([group], Path(out), recipe, [{"builtin": platform.python_version()}],
+                        None)
+    specs = [parse_source(source) for source in recipe.sources]
+    files = [source_files(spec.pattern) for spec in specs]  # a missing path fails here
+    weighted = [spec.weight is not None for spec in specs]
+    if any(weighted) and not all(weighted):
+        raise DataError("give every source a weight (corpus.jsonl:0.7), or none")
+
+    def reader(patterns: list[str]) -> Callable[[ReadStats], Iterator[str]]:
+        return lambda stats: read_sources(patterns, recipe.text_field,
+                                          recipe.blank_line_documents, strict=recipe.strict,
+                                          stats=stats)
+
+    if all(weighted):
+        groups = [_Group(spec.pattern, reader([spec.pattern]), spec.weight) for spec in specs]
+    else:
+        groups = [_Group("all sources", reader([spec.pattern for spec in specs]))]
+    paths = [path for group in files for path in group]
+    if not recipe.trains_tokenizer:
+        paths.append(Path(recipe.tokenizer))
+    inputs = [{"path": str(p), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
+              for p in paths if p.is_file()]
+    return _prepare(groups, Path(out), recipe, inputs, sum(p.stat().st_size for p in paths))
+
+
+def prepare_documents(documents: Iterable[str], out: str | Path, *,
+                      recipe_file: str | Path | None = None, **fields) -> Path:
+    """`prepare` for documents already in Python (strings). They are not fingerprinted: the
+    directory is reused whenever the recipe matches."""
+    recipe = make_recipe(recipe_file, **fields)
+    if recipe.sources:
+        raise DataError("give documents or sources, not both")
+    group = _Group("documents", lambda stats: _counted(documents, stats))
+    return _prepare([group], Path(out), recipe, [], None)
 
 
 def is_complete(directory: Path) -> bool:
-    return (directory / "meta.json").is_file()
+    return (Path(directory) / "meta.json").is_file()
 
 
-def _clean_and_split(documents: Iterable[str], work: Path, fraction: float) -> dict:
-    """Pass 1: write cleaned, deduplicated documents per split as JSON lines."""
-    seen: set[bytes] = set()
-    counts = {"documents_in": 0, "empty": 0, "duplicates": 0, "train": 0, "validation": 0}
-    size = {"train": 0, "validation": 0}
-    files = {split: open(work / f"{split}.jsonl", "w") for split in size}  # noqa: SIM115
-    try:
-        for text in tqdm(documents, desc="clean", unit="doc"):
-            counts["documents_in"] += 1
-            text = normalise(text)
-            if not text:
-                counts["empty"] += 1
-                continue
-            key = digest(text)
-            if key in seen:
-                counts["duplicates"] += 1
-                continue
-            seen.add(key)
-            split = "validation" if in_validation(key, fraction) else "train"
-            files[split].write(json.dumps(text) + "\n")
-            counts[split] += 1
-            size[split] += len(text.encode("utf-8"))
-    finally:
-        for f in files.values():
-            f.close()
-    return {"counts": counts, "bytes": size}
+def _counted(documents: Iterable[str], stats: ReadStats) -> Iterator[str]:
+    for text in documents:
+        stats.documents += 1
+        yield text
 
 
-def _read_jsonl(path: Path) -> Iterator[str]:
-    with open(path) as f:
-        for line in f:
-            yield json.loads(line)
+# ---------------------------------------------------------------- the directory
 
 
-def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def prepare(documents: Iterable[str], out: Path, vocab_size: int = 8192,
-            validation_fraction: float = 0.05, recipe: dict | None = None) -> Path:
-    """Build the dataset directory `out` from `documents` (strings); returns `out`."""
-    out = Path(out)
-    recipe = {"vocab_size": vocab_size, "validation_fraction": validation_fraction,
-              "tokenizer": "byte-level-bpe", **(recipe or {})}
+def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
+             input_bytes: int | None) -> Path:
     if is_complete(out):
-        if json.loads((out / "meta.json").read_text())["recipe"] == recipe:
-            return out
-        raise DataError(f"{out} holds a dataset prepared with another recipe; choose another "
-                        "--out or delete it")
-    if out.exists() and any(out.iterdir()):
-        raise DataError(f"{out} holds something that is not an lmlab dataset")
+        _check_reusable(out, recipe, inputs)
+        return out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError(f"{out} holds something that is not an lmlab dataset; choose another "
+                        "--out or empty it")
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        cleaned = _clean_and_split(documents, work, validation_fraction)
-        if cleaned["counts"]["train"] == 0:
-            raise DataError("the corpus is empty after cleaning: no document to train on")
-        if cleaned["counts"]["validation"] == 0:
-            raise DataError("no document fell in the validation split; add text or raise "
-                            "the validation fraction")
-        tokenizer = train_tokenizer(_read_jsonl(work / "train.jsonl"), vocab_size)
-        tokenizer.save(str(work / "tokenizer.json"))
-        special = special_tokens_of(tokenizer)
-        splits = {}
-        for split in ("train", "validation"):
-            writer = TokenWriter(work, split, tokenizer.get_vocab_size())
-            total = cleaned["counts"][split]
-            with tqdm(total=total, desc=f"encode {split}", unit="doc") as bar:
-                for chunk in _chunks(_read_jsonl(work / f"{split}.jsonl"), CHUNK_DOCUMENTS):
-                    writer.add([e.ids for e in tokenizer.encode_batch(chunk)], special.eos)
-                    bar.update(len(chunk))
-            splits[split] = {**writer.close(), "bytes": cleaned["bytes"][split]}
-            (work / f"{split}.jsonl").unlink()
-        meta = {"format": FORMAT_VERSION, "recipe": recipe, "cleaning": cleaned["counts"],
-                "splits": splits, "vocab_size": tokenizer.get_vocab_size(),
-                "tokenizers_version": tokenizers.__version__}
-        (work / "meta.json").write_text(json.dumps(meta, indent=2))
+        meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
+                "inputs": inputs, **_build(groups, recipe, work, input_bytes)}
+        (work / "stats.txt").write_text(format_report(meta), encoding="utf-8")
+        (work / "meta.json").write_text(json.dumps(meta, indent=2))  # last: marks it complete
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(work, out)
@@ -145,3 +166,178 @@ def prepare(documents: Iterable[str], out: Path, vocab_size: int = 8192,
         shutil.rmtree(work, ignore_errors=True)
         raise
     return out
+
+
+def _check_reusable(out: Path, recipe: Recipe, inputs: list[dict]) -> None:
+    meta = json.loads((out / "meta.json").read_text())
+    if meta.get("recipe") != recipe.to_dict():
+        raise DataError(f"{out} holds a dataset prepared with another recipe; choose another "
+                        "--out or delete it")
+    if meta.get("inputs") != inputs:
+        raise DataError(f"{out} was prepared from other versions of the input files; choose "
+                        "another --out or delete it")
+
+
+def _versions() -> dict:
+    from lmlab import __version__  # the package imports lmlab.data while it initialises
+
+    return {"lmlab": __version__, "tokenizers": tokenizers.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | None) -> dict:
+    reading = ReadStats()
+    reports = [CleaningReport() for _ in groups]
+    cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1)
+               for group, report in zip(groups, reports, strict=True)]
+    plan: list[MixedSource] | None = None
+    if recipe.trains_tokenizer or groups[0].weight is not None:
+        spills, counts, spilled_bytes = [], {}, 0
+        progress = Progress("read and clean", input_bytes)
+        try:
+            for index, (group, documents) in enumerate(zip(groups, cleaned, strict=True)):
+                spills.append(work / f"cleaned-{index}.jsonl")
+                counts[group.name], size = _spill(documents, spills[-1], progress)
+                spilled_bytes += size
+        finally:
+            progress.close()
+        weights = {g.name: g.weight for g in groups} if groups[0].weight is not None else None
+        plan = plan_mix(counts, weights)
+
+        def mixed(plan: list[MixedSource]) -> Iterator[str]:
+            return mix([_read_spill(path) for path in spills], plan, recipe.seed)
+
+        if recipe.trains_tokenizer:
+            tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
+        else:
+            tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
+        chunks = chunked(mixed(plan), CHUNK_DOCUMENTS)
+        encode_bytes = sum(s.multiplier * s.documents for s in plan) / sum(counts.values()) \
+            * spilled_bytes
+    else:
+        tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
+        chunks = in_background(chain.from_iterable(cleaned), CHUNK_DOCUMENTS)
+        encode_bytes = input_bytes
+    splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes)
+    tokenizer.save(str(work / "tokenizer.json"))
+    for split in SPLITS:
+        if splits[split]["documents"] == 0:
+            raise DataError(f"no document fell in the {split} split; add text or change the "
+                            "validation fraction")
+    special = special_tokens_of(tokenizer)
+    return {
+        "reading": {"files": reading.files, "documents": reading.documents,
+                    "invalid_utf8_documents": reading.invalid_utf8_documents,
+                    "skipped": dict(reading.skipped)},
+        "cleaning": _combined(reports).as_dict(),
+        "cleaning_by_source": {g.name: r.as_dict() for g, r in zip(groups, reports,
+                                                                   strict=True)}
+        if len(groups) > 1 else None,
+        "mix": _mix_report(plan) if plan is not None and len(plan) > 1 else None,
+        "splits": splits,
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "tokenizer": {"kind": recipe.tokenizer if recipe.trains_tokenizer else "given",
+                      "sentinels": len(special.sentinels)},
+        "stats": token_summary(token_stats, tokenizer, {special.eos}),
+    }
+
+
+def _cleaned(group: _Group, recipe: Recipe, reading: ReadStats, report: CleaningReport,
+             name_it: bool) -> Iterator[str]:
+    try:
+        yield from clean(group.documents(reading), recipe.cleaning(), report)
+    except DataError as error:
+        if not name_it:
+            raise
+        raise DataError(f"{group.name}: {error}") from None
+
+
+def _spill(documents: Iterable[str], path: Path, progress: Progress) -> tuple[int, int]:
+    """Write cleaned documents as JSON lines; (documents, UTF-8 bytes of their text)."""
+    count = size = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for chunk in chunked(documents, CHUNK_DOCUMENTS):
+            chunk_bytes = sum(len(text.encode("utf-8")) for text in chunk)
+            f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in chunk)
+            count, size = count + len(chunk), size + chunk_bytes
+            progress.update(len(chunk), chunk_bytes)
+    return count, size
+
+
+def _read_spill(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
+def _fresh(plan: list[MixedSource]) -> list[MixedSource]:
+    """The plan with its counters at zero, for another pass over the mix."""
+    return [replace(s, documents_in=0, documents_out=0) for s in plan]
+
+
+def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokenizer:
+    progress = Progress(f"train {recipe.tokenizer} tokenizer", total_bytes)
+
+    def training_split() -> Iterator[str]:
+        for chunk in chunked(documents, CHUNK_DOCUMENTS):
+            progress.update(len(chunk), sum(len(t.encode("utf-8")) for t in chunk))
+            yield from (t for t in chunk if split_of(t, recipe.validation_fraction) == "train")
+
+    try:
+        return train_tokenizer(training_split(), recipe.vocab_size, recipe.sentinels,
+                               recipe.tokenizer)
+    finally:
+        progress.close()
+
+
+def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
+            total_bytes: float | None) -> tuple[dict, list[TokenStats]]:
+    """Encode chunk by chunk into both splits; each document's split from its hash."""
+    eos = special_tokens_of(tokenizer).eos
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    writers = {split: TokenWriter(work, split, vocab_size) for split in SPLITS}
+    stats = {split: TokenStats(vocab_size) for split in SPLITS}
+    sizes = dict.fromkeys(SPLITS, 0)
+    progress = Progress("encode", int(total_bytes) if total_bytes else None)
+    try:
+        for chunk in chunks:
+            encodings = tokenizer.encode_batch(chunk, add_special_tokens=False)
+            routed: dict[str, list] = {split: [] for split in SPLITS}
+            chunk_bytes = 0
+            for text, encoding in zip(chunk, encodings, strict=True):
+                split = split_of(text, recipe.validation_fraction)
+                size = len(text.encode("utf-8"))
+                sizes[split] += size
+                chunk_bytes += size
+                starts = token_starts(encoding, sentence_starts(text, recipe.sentence_split))
+                routed[split].append((encoding.ids, starts))
+            for split, documents in routed.items():
+                if documents:
+                    ids, starts = zip(*documents, strict=True)
+                    flat = pack_documents(ids, eos, writers[split].dtype)
+                    lengths = np.fromiter((len(i) + 1 for i in ids), np.int64, len(ids))
+                    writers[split].add(flat, lengths, starts)
+                    stats[split].add(flat, lengths)
+            progress.update(len(chunk), chunk_bytes)
+    finally:
+        progress.close()
+    splits = {split: {**writers[split].close(), "bytes": sizes[split]} for split in SPLITS}
+    return splits, list(stats.values())
+
+
+def _combined(reports: list[CleaningReport]) -> CleaningReport:
+    total = CleaningReport()
+    for report in reports:
+        for f in fields(CleaningReport):
+            setattr(total, f.name, getattr(total, f.name) + getattr(report, f.name))
+    return total
+
+
+def _mix_report(plan: list[MixedSource]) -> list[dict]:
+    realised = realised_shares(plan)
+    return [{"source": s.name, "requested_share": s.share, "realised_share": realised[s.name],
+             "multiplier": s.multiplier, "documents_in": s.documents_in,
+             "documents_out": s.documents_out} for s in plan]

@@ -2,18 +2,27 @@
 
     SPLIT.tokens.bin     ids as uint16 (vocabularies up to 65,536) or uint32, every document
                          followed by [EOS]
-    SPLIT.documents.npy  int64 (documents, 2): each document's [start, stop) in the stream
+    SPLIT.documents.npy  int64 (documents, 2): each document's [start, stop) in the stream,
+                         the [EOS] included
+    SPLIT.sentences.npy  int64 (sentences, 2): each sentence's [start, stop), in stream order;
+                         a document's sentences tile it up to, not including, its [EOS]
 
-Tokens are appended in chunks as they are encoded, so memory stays bounded by the chunk.
+Everything is appended as it is encoded (offsets go to a raw side file and become .npy when
+the split closes), so memory stays bounded by one chunk of documents whatever the corpus size.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 from lmlab.data.errors import DataError
+
+OFFSET_DTYPE = np.dtype("<i8")
+HASH_CHUNK_BYTES = 1 << 20
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -24,40 +33,116 @@ def token_dtype(vocab_size: int) -> np.dtype:
     raise DataError(f"a vocabulary of {vocab_size} ids does not fit in uint32 token shards")
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def pack_documents(documents: list[list[int]], eos: int, dtype: np.dtype) -> np.ndarray:
+    """The documents' ids as one flat array, each followed by [EOS]."""
+    flat = np.empty(sum(map(len, documents)) + len(documents), dtype=dtype)
+    cursor = 0
+    for ids in documents:
+        flat[cursor: cursor + len(ids)] = ids
+        cursor += len(ids)
+        flat[cursor] = eos
+        cursor += 1
+    return flat
+
+
+class _OffsetFile:
+    """int64 rows of `columns` appended to a raw file, turned into an .npy on close."""
+
+    def __init__(self, path: Path, columns: int) -> None:
+        self.path, self.columns, self.rows = path, columns, 0
+        self.raw = path.with_suffix(".raw")
+        self.file = open(self.raw, "wb")  # noqa: SIM115
+
+    def append(self, rows: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(rows, dtype=OFFSET_DTYPE).tobytes())
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        self.file.close()
+        header = {"descr": OFFSET_DTYPE.str, "fortran_order": False,
+                  "shape": (self.rows, self.columns)}
+        with open(self.path, "wb") as out, open(self.raw, "rb") as raw:
+            np.lib.format.write_array_header_1_0(out, header)
+            shutil.copyfileobj(raw, out)
+        self.raw.unlink()
+
+
 class TokenWriter:
-    """Appends documents (each ending with [EOS]) to SPLIT.tokens.bin in `directory`."""
+    """Appends documents (each ending with [EOS]) and their sentences to one split."""
 
     def __init__(self, directory: Path, split: str, vocab_size: int) -> None:
         self.directory, self.split = Path(directory), split
         self.dtype = token_dtype(vocab_size)
         self.file = open(self.directory / f"{split}.tokens.bin", "wb")  # noqa: SIM115
-        self.lengths: list[int] = []
+        self.hash = hashlib.sha256()
+        self.documents = _OffsetFile(self.directory / f"{split}.documents.npy", 2)
+        self.sentences = _OffsetFile(self.directory / f"{split}.sentences.npy", 2)
+        self.num_tokens = 0
 
-    def add(self, documents: list[list[int]], eos: int) -> None:
-        for ids in documents:
-            array = np.fromiter((*ids, eos), dtype=self.dtype, count=len(ids) + 1)
-            self.file.write(array.tobytes())
-            self.lengths.append(len(array))
+    def add(self, flat: np.ndarray, lengths: np.ndarray, sentence_starts: list[list[int]]
+            ) -> None:
+        """`flat` holds the documents back to back (`pack_documents`), `lengths` their token
+        counts with [EOS]; `sentence_starts[d]` the offsets, within document d, where its
+        second, third, ... sentence starts."""
+        data = flat.astype(self.dtype, copy=False).tobytes()
+        self.file.write(data)
+        self.hash.update(data)
+        stops = self.num_tokens + np.cumsum(lengths, dtype=np.int64)
+        starts = stops - lengths
+        self.documents.append(np.stack((starts, stops), axis=1))
+        self.sentences.append(sentence_spans(starts, stops - 1, sentence_starts))
+        self.num_tokens = int(stops[-1]) if len(stops) else self.num_tokens
 
     def close(self) -> dict:
         self.file.close()
-        stops = np.cumsum(np.asarray(self.lengths, dtype=np.int64))
-        spans = np.stack((stops - np.asarray(self.lengths, dtype=np.int64), stops), axis=1)
-        np.save(self.directory / f"{self.split}.documents.npy", spans.reshape(-1, 2))
-        return {"documents": len(self.lengths), "tokens": int(stops[-1]) if len(stops) else 0,
-                "dtype": self.dtype.name}
+        self.documents.close()
+        self.sentences.close()
+        return {"documents": self.documents.rows, "tokens": self.num_tokens,
+                "sentences": self.sentences.rows, "dtype": self.dtype.name,
+                "sha256": {"tokens": self.hash.hexdigest(),
+                           "documents": file_sha256(self.documents.path),
+                           "sentences": file_sha256(self.sentences.path)}}
+
+
+def sentence_spans(starts: np.ndarray, text_stops: np.ndarray,
+                   inner_starts: list[list[int]]) -> np.ndarray:
+    """(sentences, 2) global spans: each document [start, text_stop) cut at its inner starts.
+    A document with no text (only its [EOS]) has no sentence."""
+    rows = []
+    for start, stop, inner in zip(starts.tolist(), text_stops.tolist(), inner_starts,
+                                  strict=True):
+        cuts = [start, *(start + i for i in inner), stop]
+        rows.extend((a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
 
 
 class TokenFile:
-    """A TokenSource over one split, memory-mapped: nothing is read until asked for."""
+    """A TokenSource over one split, memory-mapped: nothing is read until asked for.
+
+    Pickles as its paths, so DataLoader workers reopen the files instead of copying them.
+    """
 
     def __init__(self, directory: Path, split: str, dtype: str) -> None:
-        path = Path(directory) / f"{split}.tokens.bin"
+        self.directory, self.split, self.dtype = Path(directory), split, dtype
+        path = self.directory / f"{split}.tokens.bin"
         if not path.is_file():
             raise DataError(f"{path} is missing: the dataset is incomplete")
         self.tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
-        self.spans = np.load(Path(directory) / f"{split}.documents.npy")
+        self.spans = np.load(self.directory / f"{split}.documents.npy", mmap_mode="r")
+        sentences = self.directory / f"{split}.sentences.npy"
+        self.sentences = np.load(sentences, mmap_mode="r") if sentences.is_file() else None
         self.num_tokens = len(self.tokens)
+
+    def __reduce__(self):
+        return TokenFile, (self.directory, self.split, self.dtype)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.tokens[start:stop], dtype=np.int64)
@@ -65,5 +150,6 @@ class TokenFile:
     def document_spans(self) -> np.ndarray:
         return self.spans
 
-    def sentence_spans(self) -> None:
-        return None  # sentence offsets are not recorded yet
+    def sentence_spans(self) -> np.ndarray | None:
+        """None for datasets prepared before sentence offsets were recorded."""
+        return self.sentences

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
 from lmlab.data.errors import DataError
@@ -29,6 +31,12 @@ def word_start_table(tokenizer: Tokenizer) -> Tensor:
     WordPiece marks continuations (`##`); byte-level BPE and metaspace tokenizers mark word
     starts (`Ġ`, `▁`). Entries of unmarked tokenizers all count as starts, which makes
     whole-word masking fall back to token masking rather than ever splitting a word.
+
+    For WordPiece and metaspace (Unigram) tokenizers the table agrees exactly with the
+    tokenizer's own `word_ids`. Byte-level BPE's pre-tokenizer also starts a word at
+    punctuation and after a line break without a space; those tokens carry no `Ġ`, so here
+    they join the word before: a "word" is a run of text after a space, and whole-word
+    masking never splits one of the tokenizer's words.
     """
     spec = json.loads(tokenizer.to_str())
     model = spec["model"]
@@ -51,16 +59,68 @@ def sentinel_names(count: int) -> list[str]:
     return [f"<extra_id_{i}>" for i in range(count)]
 
 
-def train_tokenizer(texts, vocab_size: int = 8192, n_sentinels: int = 100) -> Tokenizer:
-    """A byte-level BPE tokenizer (GPT-2 style: every byte representable, no [UNK] needed)
-    whose first ids are the special tokens, then the sentinels, as SpecialTokens.layout."""
+def _byte_level_bpe(vocab_size: int, specials: list[str]) -> tuple[Tokenizer, object]:
+    """GPT-2 style: every byte representable, so no [UNK] is ever needed."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *sentinel_names(n_sentinels)],
+    return tokenizer, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+
+
+def _wordpiece(vocab_size: int, specials: list[str]) -> tuple[Tokenizer, object]:
+    """BERT style (cased): words split at whitespace and punctuation, `##` continuations."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer, trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=specials, continuing_subword_prefix="##",
+        show_progress=False)
+
+
+def _unigram(vocab_size: int, specials: list[str]) -> tuple[Tokenizer, object]:
+    """SentencePiece style: `▁` marks a space before a word. Line breaks and tabs count as
+    spaces, so every word starts with `▁` and no piece runs across a line end."""
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.Replace(Regex(r"[\t\n\r]"), " ")
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(prepend_scheme="always")
+    return tokenizer, trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=specials, unk_token="[UNK]", show_progress=False)
+
+
+TOKENIZER_KINDS = {"bpe": _byte_level_bpe, "wordpiece": _wordpiece, "unigram": _unigram}
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, n_sentinels: int = 100,
+                    kind: str = "bpe") -> Tokenizer:
+    """A tokenizer of `kind` trained on `texts`, whose first ids are the special tokens and
+    then the sentinels, as SpecialTokens.layout expects."""
+    if kind not in TOKENIZER_KINDS:
+        raise DataError(f"unknown tokenizer {kind!r}; use {', '.join(TOKENIZER_KINDS)} or a "
+                        "tokenizer.json")
+    tokenizer, trainer = TOKENIZER_KINDS[kind](
+        vocab_size, [*SPECIAL_TOKENS, *sentinel_names(n_sentinels)])
     tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def load_tokenizer(path: Path, n_sentinels: int = 0) -> Tokenizer:
+    """A saved tokenizer.json, checked for lmlab's special tokens and `n_sentinels` sentinels;
+    anything wrong is one line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("no such tokenizer file", path)
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises plain Exception for unreadable JSON
+        raise DataError(f"not a Hugging Face tokenizer.json ({error})", path) from None
+    special = special_tokens_of(tokenizer, str(path))
+    if len(special.sentinels) < n_sentinels:
+        raise DataError(f"has {len(special.sentinels)} sentinels <extra_id_N>, fewer than the "
+                        f"{n_sentinels} asked for", path)
     return tokenizer
 
 

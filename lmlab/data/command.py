@@ -1,0 +1,73 @@
+"""`lmlab prepare SOURCE[:WEIGHT]... --out DIR`: the command line over lmlab.data.prepare.
+
+Options map one to one onto Recipe fields; a recipe file (YAML or TOML) gives defaults that
+options override.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmlab.data.cleaning import NORMALISATIONS
+from lmlab.data.recipe import SENTENCE_RULES
+
+
+def add_prepare_command(commands) -> None:
+    parser = commands.add_parser(
+        "prepare", help="turn text files into a dataset",
+        description="Read, clean, split and tokenize text into a dataset directory.")
+    parser.add_argument("sources", nargs="*", metavar="SOURCE[:WEIGHT]",
+                        help="files, directories or globs of .txt, .jsonl, .json, .csv, .tsv "
+                        "(optionally .gz or .zst) and .parquet; a weight mixes sources by "
+                        "up- or down-sampling; none = the built-in corpus")
+    parser.add_argument("--out", type=Path, required=True, help="the dataset directory")
+    parser.add_argument("--recipe", type=Path, help="a YAML or TOML file of recipe fields")
+    reading = parser.add_argument_group("reading")
+    reading.add_argument("--text-field", help="JSON field or CSV/TSV/Parquet column "
+                         "(default: text)")
+    reading.add_argument("--blank-line-documents", action="store_const", const=True,
+                         help="in .txt files, blank lines separate documents")
+    reading.add_argument("--strict", action="store_const", const=True,
+                         help="fail on the first bad record instead of skipping and counting")
+    cleaning = parser.add_argument_group("cleaning")
+    cleaning.add_argument("--normalisation", choices=NORMALISATIONS, help="default: NFC")
+    cleaning.add_argument("--keep-control-characters", dest="strip_control",
+                          action="store_const", const=False)
+    cleaning.add_argument("--no-exact-dedup", dest="exact_dedup", action="store_const",
+                          const=False)
+    cleaning.add_argument("--quality-filter", action="store_const", const=True,
+                          help="drop documents failing Gopher's quality rules (web crawl)")
+    near = cleaning.add_mutually_exclusive_group()
+    near.add_argument("--near-dedup-threshold", type=float, metavar="JACCARD",
+                      help="MinHash near-duplicate threshold (default: 0.8)")
+    near.add_argument("--no-near-dedup", dest="near_dedup_threshold", action="store_const",
+                      const="off")
+    output = parser.add_argument_group("split and tokenizer")
+    output.add_argument("--validation-fraction", type=float, help="default: 0.05")
+    output.add_argument("--tokenizer", metavar="KIND|PATH", help="bpe (default), wordpiece, "
+                        "unigram, or a tokenizer.json to reuse")
+    output.add_argument("--vocab-size", type=int, help="of a trained tokenizer (default 8192)")
+    output.add_argument("--sentinels", type=int, help="<extra_id_N> tokens (default 100)")
+    output.add_argument("--sentence-split", choices=SENTENCE_RULES,
+                        help="punctuation (default) or lines: one sentence per line")
+    output.add_argument("--seed", type=int, help="for sampling weighted sources (default 0)")
+    parser.set_defaults(run=prepare_command)
+
+
+RECIPE_OPTIONS = ("text_field", "blank_line_documents", "strict", "normalisation",
+                  "strip_control", "exact_dedup", "quality_filter", "near_dedup_threshold",
+                  "validation_fraction", "tokenizer", "vocab_size", "sentinels",
+                  "sentence_split", "seed")
+
+
+def prepare_command(args: argparse.Namespace) -> int:
+    from lmlab.data.prepare import prepare
+
+    fields = {name: getattr(args, name) for name in RECIPE_OPTIONS
+              if getattr(args, name) is not None}
+    if fields.get("near_dedup_threshold") == "off":
+        fields["near_dedup_threshold"] = None
+    out = prepare(args.sources or None, args.out, recipe_file=args.recipe, **fields)
+    print(f"dataset ready in {out} (statistics in {out / 'stats.txt'})")
+    return 0
