@@ -24,7 +24,7 @@ NORMALISATIONS = ("NFC", "NFKC", "none")
 CONTROL_CHARACTERS = dict.fromkeys(
     c for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A))
 NEAR_DEDUP_BATCH = 1024  # documents hashed together: numpy work per call, bounded memory
-SHINGLE_ROWS_PER_CHUNK = 8192  # (shingles, permutations) uint64 block ≈ 8 MiB at 128
+SHINGLE_ROWS_PER_CHUNK = 8192  # (permutations, shingles) uint64 block ≈ 8 MiB at 128
 
 
 # ---------------------------------------------------------------- configuration and report
@@ -292,9 +292,12 @@ class MinHasher:
                 rows += shingle_sets[last].size
                 last += 1
             chunk = np.concatenate(shingle_sets[first:last])
-            hashed = (chunk[:, None] * self.a + self.b) >> np.uint64(32)  # (S, P)
+            hashed = np.multiply.outer(self.a, chunk)  # (P, S): each document's run contiguous
+            hashed += self.b[:, None]
             offsets = np.cumsum([0] + [s.size for s in shingle_sets[first:last - 1]])
-            out[first:last] = np.minimum.reduceat(hashed, offsets, axis=0)
+            # The shift is monotone, so it commutes with the minimum: shift P values per
+            # document rather than P per shingle.
+            out[first:last] = (np.minimum.reduceat(hashed, offsets, axis=1) >> np.uint64(32)).T
             first = last
         return out
 
