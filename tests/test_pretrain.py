@@ -3,9 +3,9 @@ SIGKILL, accumulation, non-finite losses, signals, DDP, and the learning floor."
 
 import json
 import math
-import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -156,16 +156,25 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     assert step >= 5 and step == max(train_losses(out))
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun(nproc: int) -> tuple[str, ...]:
+    """A fresh port per launch: a port the previous launch just closed may still be held."""
     return (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--master-port", str(29500 + os.getpid() % 1000))
+            "--master-port", str(free_port()))
 
 
-def test_two_process_ddp_matches_one_process_and_resumes(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_match_one_process_and_resume(tmp_path, strategy):
     args = ["--objective", "clm", "--steps", "6", "--batch-size", "8",
             "--micro-batch-size", "4", "--checkpoint-every", "3", "--keep-last", "5",
             "--model-overrides", '{"dropout": 0.0}']  # dropout draws differ per rank
     run_script(tmp_path / "one", *args)
+    args += ["--distributed", strategy]
     run_script(tmp_path / "ddp", *args, launcher=torchrun(2))
     one, ddp = train_losses(tmp_path / "one"), train_losses(tmp_path / "ddp")
     assert one.keys() == ddp.keys() == set(range(1, 7))
@@ -176,6 +185,9 @@ def test_two_process_ddp_matches_one_process_and_resumes(tmp_path):
     run_script(tmp_path / "ddp", *args, "--resume", launcher=torchrun(2))
     again = train_losses(tmp_path / "ddp")
     assert all(again[s] == pytest.approx(ddp[s], rel=1e-6) for s in range(4, 7))
+    if strategy == "fsdp":  # optimizer state stays sharded: one file per rank
+        names = {p.name for p in list_checkpoints(tmp_path / "ddp" / "checkpoints")[-1].iterdir()}
+        assert {"optimizer-rank-0.pt", "optimizer-rank-1.pt", "model.safetensors"} <= names
 
 
 def test_learning_floor_through_pretrain(tmp_path):

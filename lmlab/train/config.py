@@ -64,7 +64,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     num_workers: int = 0
-    distributed: Literal["ddp"] = "ddp"  # FSDP2 awaits sharded checkpointing
+    distributed: Literal["ddp", "fsdp"] = "ddp"  # under torchrun; fsdp = FSDP2 fully_shard
     resume: bool = False
     overwrite: bool = False
 

@@ -1,6 +1,6 @@
-"""PyTorch's own distributed engine: process group from torchrun's environment, DDP
-wrapping, and the global target counts that make the loss independent of how a batch is
-split across ranks and micro-batches."""
+"""PyTorch's own distributed engine: process group from torchrun's environment, DDP or FSDP2
+(`fully_shard`) wrapping, state gathering for checkpoints, and the global target counts that
+make the loss independent of how a batch is split across ranks and micro-batches."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 
 
 @dataclass(frozen=True)
@@ -49,21 +52,84 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, env: Env) -> nn.Module:
-    """DistributedDataParallel when distributed."""
+def wrap(model: nn.Module, env: Env, strategy: str = "ddp") -> nn.Module:
+    """DistributedDataParallel, or FSDP2 sharding of each block and then the rest, when
+    distributed. FSDP2 replaces the parameters: build the optimizer after wrapping."""
     if not env.distributed:
+        return model
+    if strategy == "fsdp":
+        for block in model.backbone.blocks:
+            fully_shard(block)
+        fully_shard(model)  # embeddings, final norm and heads (a tied weight stays one)
         return model
     device_ids = [env.device.index] if env.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
+def is_sharded(model: nn.Module) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
 def gradient_sync(model: nn.Module, enabled: bool):
-    """Skip the gradient all-reduce on all but the last micro-batch of a step."""
-    if enabled:
-        return contextlib.nullcontext()
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        return model.no_sync()
-    return contextlib.nullcontext()
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on all but the last
+    micro-batch of a step."""
+    model = getattr(model, "_orig_mod", model)  # under torch.compile
+    if isinstance(model, nn.parallel.DistributedDataParallel) and not enabled:
+        with model.no_sync():
+            yield
+        return
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(enabled)
+    yield
+
+
+def full_weights(model: nn.Module) -> dict[str, Tensor]:
+    """Every weight once (a tied one under its first name), whole and on the CPU. Under FSDP2
+    all ranks must call this; rank 0 gets the weights, the others an empty dict."""
+    if is_sharded(model):
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=options)
+    else:
+        weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    seen, tied = set(), set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            tied.add(name)
+        seen.add(id(parameter))
+    return {k: v.contiguous() for k, v in weights.items() if k not in tied}
+
+
+def local_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """This rank's shard of the optimizer state, as plain tensors (loadable with
+    weights_only=True)."""
+    state = optimizer.state_dict()
+    state["state"] = {index: {k: v.to_local() if isinstance(v, DTensor) else v
+                              for k, v in values.items()}
+                      for index, values in state["state"].items()}
+    return state
+
+
+def load_local_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """The inverse of `local_optimizer_state`: shards become DTensors laid out like their
+    parameters again."""
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, values in state["state"].items():
+        parameter = parameters[index]
+        if not isinstance(parameter, DTensor):
+            continue
+        for key, value in values.items():
+            if isinstance(value, Tensor) and value.shape == parameter.to_local().shape \
+                    and value.dim() > 0:
+                values[key] = DTensor.from_local(value, parameter.device_mesh,
+                                                 parameter.placements, shape=parameter.shape,
+                                                 stride=parameter.stride())
+    optimizer.load_state_dict(state)
+
+
+def barrier(env: Env) -> None:
+    if env.distributed:
+        dist.barrier()
 
 
 def all_reduce_sum(values: dict[str, Tensor], env: Env) -> dict[str, Tensor]:

@@ -24,6 +24,7 @@ from lmlab.train.checkpoint import (
     checkpoint_name,
     list_checkpoints,
     load_checkpoint,
+    load_optimizer_shard,
     prune_checkpoints,
     save_checkpoint,
 )
@@ -144,10 +145,16 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         span_mean_length=cfg.span_mean_length)
     model = LanguageModel(model_cfg, heads=_heads_of(cfg, dataset, objective_options))
     model.to(env.device)
+    saved = load_checkpoint(resume_from, model) if resume_from is not None else None
+    train_model = distributed.wrap(model, env, cfg.distributed)
+    sharded = distributed.is_sharded(model)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
-    if resume_from is not None:
-        saved = load_checkpoint(resume_from, model)
-        optimizer.load_state_dict(saved["optimizer"])
+    if saved is not None:
+        if sharded:
+            distributed.load_local_optimizer_state(optimizer,
+                                                   load_optimizer_shard(resume_from, env))
+        else:
+            optimizer.load_state_dict(saved["optimizer"])
         state = LoopState(**saved["loop"])
     packing = _packing(cfg)
     batches = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing,
@@ -155,7 +162,6 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                            env.world_size)
     if state.data:
         batches.load_state_dict(state.data)
-    train_model = distributed.wrap(model, env)
     if cfg.compile:
         train_model = torch.compile(train_model)
     scaler = grad_scaler(cfg.precision, env.device)
@@ -183,7 +189,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     last_batch = None
     interval_start, interval_tokens = time.perf_counter(), 0
     try:
-        while state.step < state.total_steps and not stop.requested:
+        stopping = False
+        while state.step < state.total_steps and not stopping:
             step = state.step
             lr = cfg.lr * schedule(step)
             for group in optimizer.param_groups:
@@ -197,7 +204,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             loss, terms = train_step(train_model, objective, micro_batches, env, cfg, scaler)
             if scaler:
                 scaler.unscale_(optimizer)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            grad_norm = float(grad_norm.full_tensor() if sharded else grad_norm)
             state.step += 1
             state.tokens += tokens_per_step
             state.data = batches.state_dict(last_batch)
@@ -240,7 +248,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                 if improved:
                     state.best_eval = headline_loss(metrics)
                     state.best_checkpoint = checkpoint_name(state.step)
-            if improved or finished or stop.requested or state.step % cfg.checkpoint_every == 0:
+            stopping = distributed.any_rank(stop.requested, env)  # every rank stops together
+            if improved or finished or stopping or state.step % cfg.checkpoint_every == 0:
                 _save(out, model, optimizer, state, cfg, env)
     finally:
         stop.restore()
@@ -255,13 +264,23 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
 
 
 def _save(out, model, optimizer, state, cfg, env) -> None:
-    if not env.is_main:
+    """Rank 0 writes the checkpoint; under FSDP2 every rank gathers weights and writes its
+    optimizer shard."""
+    sharded = distributed.is_sharded(model)
+    if not (env.is_main or sharded):
         return
     directory = out / "checkpoints"
-    save_checkpoint(directory, state.step, model,
-                    {"optimizer": optimizer.state_dict(), "loop": vars(state).copy()})
-    keep = {directory / state.best_checkpoint} if state.best_checkpoint else set()
-    prune_checkpoints(directory, cfg.keep_last, keep)
+    weights = distributed.full_weights(model)
+    loop_state = {"loop": vars(state).copy()}
+    if sharded:
+        save_checkpoint(directory, state.step, weights, loop_state,
+                        shard=distributed.local_optimizer_state(optimizer), env=env)
+    else:
+        save_checkpoint(directory, state.step, weights,
+                        {**loop_state, "optimizer": optimizer.state_dict()})
+    if env.is_main:
+        keep = {directory / state.best_checkpoint} if state.best_checkpoint else set()
+        prune_checkpoints(directory, cfg.keep_last, keep)
 
 
 def _latest(out: Path) -> str:
