@@ -56,23 +56,21 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     log_likelihood = np.zeros(len(documents))
     predictions = np.zeros(len(documents), dtype=np.int64)
     pending: list[tuple[int, Chunk]] = []
-    finished_tokens = 0  # of documents whose chunks are all pending, for the progress bar
 
     def flush() -> None:
-        nonlocal finished_tokens
         owners = np.concatenate([np.full(len(c.targets), i) for i, c in pending])
         log_probs = _log_probs(model, rule, [c for _, c in pending]).numpy()
         np.add.at(log_likelihood, owners, log_probs)
         np.add.at(predictions, owners, 1)
         pending.clear()
-        bar.update(finished_tokens)
-        finished_tokens = 0
+        bar.update(len(owners))
 
     was_training = model.training
     model.eval()
     order = sorted(range(len(documents)), key=lambda i: -len(documents[i]))
-    total = sum(len(d) for d in documents)
     start = time.perf_counter()
+    # Progress in tokens scored; a document never has more predictions than tokens.
+    total = sum(len(d) for d in documents)
     with torch.inference_mode(), tqdm(total=total, desc=f"{rule.name} scoring", unit="tok",
                                       unit_scale=True, disable=not progress) as bar:
         for index in order:
@@ -82,10 +80,9 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
                     if pending and _padded_size(pending, part) > batch_tokens:
                         flush()
                     pending.append((index, part))
-            finished_tokens += len(documents[index])
         if pending:
             flush()
-        bar.update(finished_tokens)
+        bar.update(bar.total - bar.n)  # special and first tokens count too, unscored
     model.train(was_training)
     return DocumentScores(rule.name, rule.description, log_likelihood, predictions,
                           time.perf_counter() - start)

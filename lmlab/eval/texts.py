@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from lmlab.data.corpus import expand_sources, read_sources
+from lmlab.data.corpus import read_sources
 from lmlab.data.dataset import open_dataset
 from lmlab.data.errors import DataError
 from lmlab.infer.pretrained import Pretrained
@@ -84,7 +84,6 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
 def file_text(sources: Sequence[str], pretrained: Pretrained, text_field: str = "text",
               max_tokens: int | None = None) -> EvalText:
     tokenizer = pretrained.require_tokenizer()
-    expand_sources(sources)  # a bad path fails before any reading
 
     def encoded() -> Iterator[tuple[np.ndarray, str]]:
         batch: list[str] = []
