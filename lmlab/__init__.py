@@ -3,6 +3,7 @@ self-supervised objective on one backbone."""
 
 from lmlab.config import ModelConfig
 from lmlab.eval.evaluate import evaluate
+from lmlab.infer import load
 from lmlab.model import KVCache, LanguageModel, MaskSpec
 from lmlab.objectives import (
     Alternating,
@@ -24,5 +25,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
-    "SpanCorruption", "SpecialTokens", "evaluate", "preset", "preset_names",
+    "SpanCorruption", "SpecialTokens", "evaluate", "load", "preset",
+    "preset_names",
 ]

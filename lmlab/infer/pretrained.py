@@ -17,6 +17,9 @@ from tokenizers import Tokenizer
 from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
 from lmlab.data.tokenizer import special_tokens_of
+from lmlab.infer.embed import embed
+from lmlab.infer.fill_mask import fill_mask
+from lmlab.infer.generate import generate, stream
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import SpecialTokens
 from lmlab.objectives.registry import build_objective
@@ -91,6 +94,25 @@ class Pretrained:
                                "text; pass token ids instead")
         return self.tokenizer
 
+    # Texts may be strings or, for runs without a tokenizer, lists of token ids.
+
+    def fill_mask(self, texts, top_k: int = 5, batch_size: int = 32):
+        """Top-k candidates with probabilities for each [MASK] (see infer/fill_mask.py)."""
+        return fill_mask(self, texts, top_k, batch_size)
+
+    def generate(self, prompts, max_new_tokens: int = 50, **options):
+        """Continue or infill prompts (see infer/generate.py for the options)."""
+        return generate(self, prompts, max_new_tokens, **options)
+
+    def stream(self, prompt, max_new_tokens: int = 50, **options):
+        """Like `generate` for one prompt, yielding text pieces as they are produced."""
+        return stream(self, prompt, max_new_tokens, **options)
+
+    def embed(self, texts, pooling: str = "mean", normalize: bool = False,
+              batch_size: int = 32):
+        """One vector per text, mean or [CLS] pooled (see infer/embed.py)."""
+        return embed(self, texts, pooling, normalize, batch_size)
+
 
 def _pick_checkpoint(run: Path, which: str) -> Path:
     found = list_checkpoints(run / "checkpoints")
@@ -119,12 +141,14 @@ def _best_name(run: Path) -> str:
     return state.get("loop", {}).get("best_checkpoint", "")
 
 
-def load(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
-         ) -> Pretrained:
+def load(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu",
+         special: SpecialTokens | None = None) -> Pretrained:
     """Load a run directory written by `lmlab pretrain`.
 
     `checkpoint` is "best" (lowest validation loss; the last one when none was marked),
-    "last", or a checkpoint name such as "step-00001000".
+    "last", or a checkpoint name such as "step-00001000". `special` gives the special tokens
+    of a run trained on token ids without a tokenizer.json (by default lmlab's layout with
+    no sentinels).
     """
     run = Path(run)
     if not run.is_dir():
@@ -145,7 +169,7 @@ def load(run: str | Path, checkpoint: str = "best", device: str | torch.device =
             special = special_tokens_of(tokenizer, str(tokenizer_path))
         except DataError as error:
             raise RunLoadError(str(error)) from None
-    else:
+    elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
     chosen = _pick_checkpoint(run, checkpoint)
     try:

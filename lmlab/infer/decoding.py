@@ -1,0 +1,87 @@
+"""Incremental decoding with a KV cache: prefill the prompts once, then one token per step.
+
+Prompts of different lengths are padded on the left, so every row's newest token sits in the
+same column; padding is its own segment (0), which no real token attends to, and positions
+count from each row's first real token. A prompt may open with a bidirectional prefix
+(prefix-LM and span-corruption models read their input that way in training); what follows
+is causal. A cached step equals a full forward over the same tokens (tests/test_generate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from lmlab.infer.inputs import pad_left
+from lmlab.infer.sampling import Sampling, next_tokens
+from lmlab.model import KVCache, LanguageModel, MaskSpec
+
+
+def room_for_new_tokens(model: LanguageModel, prompt_len: int) -> int:
+    """New tokens that fit after a prompt: the last one is never fed back, so it needs no
+    position of its own."""
+    return model.cfg.max_seq_len - prompt_len + 1
+
+
+@torch.inference_mode()
+def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sampling,
+           max_new_tokens: int, pad_id: int, prefix_lens: Sequence[int] | None = None,
+           generator: torch.Generator | None = None) -> Iterator[Tensor]:
+    """Yield the (B,) next tokens of all prompts, step by step.
+
+    `prefix_lens[b]` tokens at the start of prompt b are read bidirectionally (None: the
+    prompts are causal). Stops after `max_new_tokens` steps or when the context is full;
+    the caller may stop earlier by leaving the loop.
+    """
+    device = next(model.parameters()).device
+    ids, segments, positions = pad_left(prompts, pad_id)
+    batch, padded_len = ids.shape
+    lengths = segments.sum(dim=1)
+    steps = min(max_new_tokens, room_for_new_tokens(model, int(lengths.max())))
+    if steps < 1:
+        return
+    total_len = padded_len + steps - 1
+    # Segments and positions of every column, the generated ones included, made once.
+    all_segments = torch.ones(batch, total_len, dtype=torch.long)
+    all_segments[:, :padded_len] = segments
+    new_positions = lengths[:, None] + torch.arange(steps - 1)[None, :]
+    all_positions = torch.cat((positions, new_positions), dim=1).to(device)
+    has_padding = bool((segments == 0).any())
+    all_segments = all_segments.to(device) if has_padding else None
+
+    def segments_until(end: int) -> Tensor | None:
+        return all_segments[:, :end] if has_padding else None
+
+    if prefix_lens is None:
+        prefill_mask = MaskSpec("causal", segment_ids=segments_until(padded_len))
+    else:
+        starts = padded_len - lengths  # each row's first real column
+        prefix_len = (starts + torch.as_tensor(prefix_lens)).to(device)
+        prefill_mask = MaskSpec("prefix", prefix_len=prefix_len,
+                                segment_ids=segments_until(padded_len))
+    dtype = next(model.parameters()).dtype
+    cache = KVCache(model.cfg, batch, total_len, device, dtype)
+    ids = ids.to(device)
+    seen = None
+    if sampling.repetition_penalty != 1.0:
+        seen = torch.zeros(batch, model.cfg.vocab_size, dtype=torch.bool, device=device)
+        seen.scatter_(1, ids, True)  # padding marks [PAD], which is never a good choice
+    last_columns = torch.arange(batch, device=device) * padded_len + padded_len - 1
+    logits = model(ids, prefill_mask, positions=all_positions[:, :padded_len], cache=cache,
+                   predict_at={"lm": last_columns})["lm"]  # (B, V)
+    step_mask = MaskSpec("causal")  # one new token may see every cached one
+    for step in range(steps):
+        chosen = next_tokens(logits, sampling, seen, generator)
+        yield chosen
+        if step == steps - 1:
+            return
+        if seen is not None:
+            seen[torch.arange(batch, device=device), chosen] = True
+        column = padded_len + step
+        if has_padding:
+            step_mask = MaskSpec("causal", segment_ids=segments_until(column + 1))
+        logits = model(chosen[:, None], step_mask,
+                       positions=all_positions[:, column:column + 1], cache=cache,
+                       predict_at={"lm": None})["lm"][:, -1]

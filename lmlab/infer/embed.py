@@ -1,0 +1,88 @@
+"""Text embeddings: the final hidden states of a text, pooled into one vector.
+
+Pooling `mean` averages over the text's own tokens (not padding, not the [EOS]/[CLS]/[SEP]
+the layout adds); `cls` takes the first position, which is [CLS] for models trained with NSP
+and the first token otherwise. Texts are read with the attention the model was trained with:
+bidirectional, unless it was trained only causally. Batches are padded on the right and the
+padding is masked out of attention, so a text's embedding does not depend on its batch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document, reads_causally
+from lmlab.model import MaskSpec
+
+if TYPE_CHECKING:
+    from lmlab.infer.pretrained import Pretrained
+
+POOLINGS = ("mean", "cls")
+
+
+def embed(pretrained: Pretrained, texts: Text | Sequence[Text], pooling: str = "mean",
+          normalize: bool = False, batch_size: int = 32) -> np.ndarray:
+    """(d_model,) float32 for one text, (N, d_model) for a list; `normalize` scales each to
+    unit length (cosine similarity is then a dot product)."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
+    causal = reads_causally(pretrained)
+    if pooling == "cls" and causal:
+        raise ValueError(f"{pretrained.run}: cls pooling reads the first position, which a "
+                         "causal model computes from the first token alone; use mean pooling")
+    items, single = as_batch(texts)
+    documents = []
+    for index, item in enumerate(items):
+        ids = encode(pretrained, item)
+        if not ids:
+            raise ValueError(f"text {index + 1} is empty")
+        documents.append(reading_document(pretrained, ids))
+    vectors = []
+    starts = range(0, len(documents), batch_size)
+    for start in tqdm(starts, desc="embed", unit="batch", disable=len(starts) < 2):
+        chunk = documents[start: start + batch_size]
+        vectors.append(_embed_batch(pretrained, chunk, pooling, causal))
+    out = torch.cat(vectors)
+    if normalize:
+        out = torch.nn.functional.normalize(out, dim=-1)
+    array = out.cpu().numpy().astype(np.float32)
+    return array[0] if single else array
+
+
+@torch.inference_mode()
+def _embed_batch(pretrained: Pretrained, documents: list[tuple[list[int], slice]],
+                 pooling: str, causal: bool) -> torch.Tensor:
+    ids, segments = pad_right([ids for ids, _ in documents], pretrained.special.pad)
+    ids, segments = ids.to(pretrained.device), segments.to(pretrained.device)
+    kind = "causal" if causal else "bidirectional"
+    hidden = pretrained.model(ids, MaskSpec(kind, segment_ids=segments), predict_at={})["hidden"]
+    hidden = hidden.float()  # (B, T, d)
+    if pooling == "cls":
+        return hidden[:, 0]
+    text = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    for row, (_, span) in enumerate(documents):
+        text[row, span] = True
+    weights = text.unsqueeze(-1).float()
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+
+
+def save_npy(array: np.ndarray, path: str | Path) -> None:
+    """Write `array` to `path` atomically: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".npy",
+                                     delete=False) as f:
+        temporary = Path(f.name)
+        try:
+            np.save(f, array)
+        except BaseException:
+            temporary.unlink()
+            raise
+    os.replace(temporary, path)

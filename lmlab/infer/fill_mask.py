@@ -1,0 +1,97 @@
+"""Fill-mask: the most likely tokens, with probabilities, for each [MASK] in a text.
+
+Each text is read as one document, bidirectionally, as masked-LM training read it; every mask
+of a text is predicted in the same forward pass (independently of the others, as in BERT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from tqdm import tqdm
+
+from lmlab.infer.inputs import (
+    MASK_TEXT,
+    Text,
+    absorb_space_before,
+    as_batch,
+    encode,
+    pad_right,
+    reading_document,
+)
+from lmlab.model import MaskSpec
+from lmlab.objectives.base import flat_positions
+
+if TYPE_CHECKING:
+    from lmlab.infer.pretrained import Pretrained
+
+
+@dataclass(frozen=True)
+class Candidate:
+    token: str  # the token's text, with its leading space if it has one (" fox")
+    id: int
+    probability: float
+
+
+def _shown(text: Text, limit: int = 40) -> str:
+    shown = text if isinstance(text, str) else " ".join(map(str, list(text)))
+    return repr(shown if len(shown) <= limit else shown[: limit - 1] + "…")
+
+
+def _token_text(pretrained: Pretrained, token_id: int) -> str:
+    if pretrained.tokenizer is None:
+        return str(token_id)
+    return pretrained.tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int = 5,
+              batch_size: int = 32) -> list[list[Candidate]] | list[list[list[Candidate]]]:
+    """For each text, for each of its masks in order, the `top_k` candidates, best first.
+
+    `texts` is one text or a list; texts contain "[MASK]" (or, as ids, the mask id). Returns
+    the list of masks of one text, or one such list per text.
+    """
+    if not pretrained.can_fill_mask:
+        raise ValueError(f"{pretrained.run}: the model has no masked-LM head (trained with "
+                         f"{pretrained.objective}); fill-mask needs a model trained with mlm, "
+                         "mlm+nsp or a mix including mlm")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    items, single = as_batch(texts)
+    rows = []
+    for index, item in enumerate(items):
+        text = absorb_space_before(item, MASK_TEXT) if isinstance(item, str) else item
+        ids = encode(pretrained, text)
+        if pretrained.special.mask not in ids:
+            raise ValueError(f"text {index + 1} has no {MASK_TEXT} token: {_shown(item)}")
+        rows.append(reading_document(pretrained, ids)[0])
+    results = []
+    starts = range(0, len(rows), batch_size)
+    for start in tqdm(starts, desc="fill-mask", unit="batch", disable=len(starts) < 2):
+        results.extend(_fill_batch(pretrained, rows[start: start + batch_size], top_k))
+    return results[0] if single else results
+
+
+@torch.inference_mode()
+def _fill_batch(pretrained: Pretrained, rows: list[list[int]],
+                top_k: int) -> list[list[list[Candidate]]]:
+    ids, segments = pad_right(rows, pretrained.special.pad)
+    ids, segments = ids.to(pretrained.device), segments.to(pretrained.device)
+    is_mask = ids == pretrained.special.mask
+    at = flat_positions(is_mask)
+    logits = pretrained.model(ids, MaskSpec("bidirectional", segment_ids=segments),
+                              predict_at={"mlm": at})["mlm"]  # (masks, V)
+    probabilities, token_ids = logits.float().softmax(dim=-1).topk(
+        min(top_k, logits.shape[-1]), dim=-1)
+    masks_per_row = is_mask.sum(dim=1).tolist()
+    flat = [[Candidate(_token_text(pretrained, token), token, probability)
+             for token, probability in zip(tokens, probs, strict=True)]
+            for tokens, probs in zip(token_ids.tolist(), probabilities.tolist(), strict=True)]
+    grouped, cursor = [], 0
+    for count in masks_per_row:
+        grouped.append(flat[cursor: cursor + count])
+        cursor += count
+    return grouped
