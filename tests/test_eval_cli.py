@@ -9,7 +9,7 @@ import pytest
 
 import lmlab
 from lmlab.cli import main
-from lmlab.data.dataset import in_memory_dataset
+from lmlab.data.dataset import in_memory_dataset, open_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.infer import load
 from lmlab.train.config import TrainConfig
@@ -133,3 +133,30 @@ def test_bad_input_is_one_line_and_exit_1(runs, text_files, tmp_path, capsys):
         capsys, ["eval", run, "--data", str(tmp_path / "missing.txt")])
     assert "stride must be between 1 and" in one_line_error(
         capsys, ["eval", run, "--data", str(folder / "a.txt"), "--stride", "0"])
+
+
+def test_eval_on_a_prepared_dataset_split(runs, tmp_path, capsys):
+    rng = random.Random(2)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": sentences(rng, rng.randint(2, 8))}) + "\n"
+                              for _ in range(200)))
+    data = tmp_path / "data"
+    assert main(["prepare", str(corpus), "--out", str(data), "--vocab-size", "300",
+                 "--validation-fraction", "0.2"]) == 0
+    config = TrainConfig(objective="clm", model="gpt2-tiny", out=str(tmp_path / "run"),
+                         seq_len=32, batch_size=8, steps=2, eval_every=2)
+    run = pretrain(config, open_dataset(data))
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run), "--data", str(data), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    validation = json.loads((data / "meta.json").read_text())["splits"]["validation"]
+    assert result["data"]["source"] == f"{data} (validation)"
+    assert result["data"]["documents"] == validation["documents"]
+    assert result["data"]["bytes"] == validation["bytes"]  # decoding gives back the text
+    (causal,) = result["perplexity"]
+    assert causal["tokens_scored"] == validation["tokens"] - validation["documents"]  # no EOS
+    capsys.readouterr()
+    assert "no split 'test'" in one_line_error(
+        capsys, ["eval", str(run), "--data", str(data), "--split", "test"])
+    assert "tokenised with another tokenizer" in one_line_error(
+        capsys, ["eval", str(runs["clm"]), "--data", str(data)])
