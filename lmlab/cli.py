@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lmlab.data.command import add_prepare_command
 from lmlab.eval.commands import add_eval_command
+from lmlab.infer.commands import add_infer_commands
 from lmlab.train.checkpoint import CheckpointError
 from lmlab.train.config import TrainConfig, field_types, parse_value, resolve_config
 from lmlab.train.loop import TrainingError, pretrain
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pretrain_arguments(pretrain_parser)
     pretrain_parser.set_defaults(run=pretrain_command)
     add_eval_command(commands)
+    add_infer_commands(commands)
     return parser
 
 
