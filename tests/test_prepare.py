@@ -74,6 +74,10 @@ def test_prepared_documents_decode_to_the_cleaned_text_in_their_split(tmp_path):
     texts = documents(80)
     dirty = [t.replace("fox", "fo\u0301x\x07", 1) for t in texts]  # NFC changes, control char
     out = prepare_documents(dirty, tmp_path / "data", **SMALL)
+    assert sorted(p.name for p in out.iterdir()) == [  # no temporary file left behind
+        "meta.json", "stats.txt", "tokenizer.json", "train.documents.npy",
+        "train.sentences.npy", "train.tokens.bin", "validation.documents.npy",
+        "validation.sentences.npy", "validation.tokens.bin"]
     dataset = lmlab.data.open(out)
     tokenizer = Tokenizer.from_str(dataset.tokenizer_json)
     expected = [t.replace("fox", "fóx", 1) for t in texts]

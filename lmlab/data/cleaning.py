@@ -24,6 +24,7 @@ NORMALISATIONS = ("NFC", "NFKC", "none")
 CONTROL_CHARACTERS = dict.fromkeys(
     c for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A))
 NEAR_DEDUP_BATCH = 1024  # documents hashed together: numpy work per call, bounded memory
+NEAR_DEDUP_BATCH_CHARS = 1 << 22  # ... or fewer, when they are long
 SHINGLE_ROWS_PER_CHUNK = 8192  # (permutations, shingles) uint64 block ≈ 8 MiB at 128
 
 
@@ -342,6 +343,7 @@ def clean(documents: Iterable[str], config: CleaningConfig = CleaningConfig(),
     digests: set[bytes] | None = set() if config.exact_dedup else None
     near = NearDeduplicator(config.near_dedup) if config.near_dedup else None
     pending: list[str] = []
+    pending_chars = 0
 
     def flush() -> Iterator[str]:
         for text, kept in zip(pending, near.keep(pending), strict=True):
@@ -379,8 +381,10 @@ def clean(documents: Iterable[str], config: CleaningConfig = CleaningConfig(),
             yield text
             continue
         pending.append(text)
-        if len(pending) == NEAR_DEDUP_BATCH:
+        pending_chars += len(text)
+        if len(pending) == NEAR_DEDUP_BATCH or pending_chars >= NEAR_DEDUP_BATCH_CHARS:
             yield from flush()
+            pending_chars = 0
     if pending:
         yield from flush()
     if report.documents_out == 0:

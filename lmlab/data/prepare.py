@@ -36,13 +36,14 @@ import platform
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import tokenizers
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from lmlab.data.cleaning import CleaningReport, clean, split_of
 from lmlab.data.corpus import (
@@ -65,7 +66,6 @@ from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokeni
 
 FORMAT_VERSION = 2  # 2: sentence offsets, recipe record, statistics
 SPLITS = ("train", "validation")
-CHUNK_DOCUMENTS = 256  # per encode_batch call: enough to keep every core busy
 
 
 @dataclass
@@ -214,14 +214,16 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
             tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
         else:
             tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
-        chunks = chunked(mixed(plan), CHUNK_DOCUMENTS)
+        chunks = chunked(mixed(plan))
         encode_bytes = sum(s.multiplier * s.documents for s in plan) / sum(counts.values()) \
             * spilled_bytes
     else:
         tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
-        chunks = in_background(chain.from_iterable(cleaned), CHUNK_DOCUMENTS)
+        chunks = in_background(chunked(chain.from_iterable(cleaned)))
         encode_bytes = input_bytes
     splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes)
+    for spill in work.glob("cleaned-*.jsonl"):
+        spill.unlink()
     tokenizer.save(str(work / "tokenizer.json"))
     for split in SPLITS:
         if splits[split]["documents"] == 0:
@@ -259,7 +261,7 @@ def _spill(documents: Iterable[str], path: Path, progress: Progress) -> tuple[in
     """Write cleaned documents as JSON lines; (documents, UTF-8 bytes of their text)."""
     count = size = 0
     with open(path, "w", encoding="utf-8") as f:
-        for chunk in chunked(documents, CHUNK_DOCUMENTS):
+        for chunk in chunked(documents):
             chunk_bytes = sum(len(text.encode("utf-8")) for text in chunk)
             f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in chunk)
             count, size = count + len(chunk), size + chunk_bytes
@@ -282,7 +284,7 @@ def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokeni
     progress = Progress(f"train {recipe.tokenizer} tokenizer", total_bytes)
 
     def training_split() -> Iterator[str]:
-        for chunk in chunked(documents, CHUNK_DOCUMENTS):
+        for chunk in chunked(documents):
             progress.update(len(chunk), sum(len(t.encode("utf-8")) for t in chunk))
             yield from (t for t in chunk if split_of(t, recipe.validation_fraction) == "train")
 
@@ -303,8 +305,7 @@ def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, w
     sizes = dict.fromkeys(SPLITS, 0)
     progress = Progress("encode", int(total_bytes) if total_bytes else None)
     try:
-        for chunk in chunks:
-            encodings = tokenizer.encode_batch(chunk, add_special_tokens=False)
+        for chunk, encodings in _encoded_ahead(chunks, tokenizer):
             routed: dict[str, list] = {split: [] for split in SPLITS}
             chunk_bytes = 0
             for text, encoding in zip(chunk, encodings, strict=True):
@@ -326,6 +327,21 @@ def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, w
         progress.close()
     splits = {split: {**writers[split].close(), "bytes": sizes[split]} for split in SPLITS}
     return splits, list(stats.values())
+
+
+def _encoded_ahead(chunks: Iterable[list[str]], tokenizer: Tokenizer
+                   ) -> Iterator[tuple[list[str], list[Encoding]]]:
+    """(chunk, its encodings), the next chunk already encoding in the tokenizer's threads
+    while the caller turns this one into token arrays and sentence offsets."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        previous = None
+        for chunk in chunks:
+            future = pool.submit(tokenizer.encode_batch, chunk, add_special_tokens=False)
+            if previous is not None:
+                yield previous[0], previous[1].result()
+            previous = chunk, future
+        if previous is not None:
+            yield previous[0], previous[1].result()
 
 
 def _combined(reports: list[CleaningReport]) -> CleaningReport:

@@ -1,8 +1,9 @@
-"""Streaming helpers for `prepare`: chunks made by a background thread, and a progress bar
-that shows documents/s, MB/s and the time left."""
+"""Streaming helpers for `prepare`: bounded chunks of documents, made by a background thread
+if need be, and a progress bar that shows documents/s, MB/s and the time left."""
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -15,23 +16,35 @@ T = TypeVar("T")
 _END = object()
 
 
-def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    chunk: list[T] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
+# A chunk is the unit of work that bounds memory: its encodings cost the tokenizer about a
+# hundred bytes per token, so a chunk is capped in characters as well as in documents, and
+# the cap grows with the cores that encode it in parallel.
+CHUNK_DOCUMENTS = 256
+CHUNK_CHARS = (128 << 10) * (os.cpu_count() or 1)
+
+
+def chunked(texts: Iterable[str], max_documents: int = CHUNK_DOCUMENTS,
+            max_chars: int = CHUNK_CHARS) -> Iterator[list[str]]:
+    """Lists of at most `max_documents` texts and `max_chars` characters (a longer text goes
+    alone)."""
+    chunk: list[str] = []
+    chars = 0
+    for text in texts:
+        if chunk and (len(chunk) == max_documents or chars + len(text) > max_chars):
             yield chunk
-            chunk = []
+            chunk, chars = [], 0
+        chunk.append(text)
+        chars += len(text)
     if chunk:
         yield chunk
 
 
-def in_background(items: Iterable[T], size: int, depth: int = 4) -> Iterator[list[T]]:
-    """Chunks of `size` items, made by a thread while the caller works on earlier chunks.
+def in_background(items: Iterable[T], depth: int = 4) -> Iterator[T]:
+    """The items of `items`, made by a thread while the caller works on earlier ones.
 
-    At most `depth` chunks wait, so memory stays bounded. The producer's exception (a bad
+    At most `depth` items wait, so memory stays bounded. The producer's exception (a bad
     record, say) is raised here; when the caller stops early or is interrupted, the producer
-    stops at its next chunk.
+    stops at its next item.
     """
     ready: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -47,8 +60,8 @@ def in_background(items: Iterable[T], size: int, depth: int = 4) -> Iterator[lis
 
     def produce() -> None:
         try:
-            for chunk in chunked(items, size):
-                if not put(chunk):
+            for item in items:
+                if not put(item):
                     return
             put(_END)
         except BaseException as error:  # handed to the consumer, which raises it
@@ -57,10 +70,10 @@ def in_background(items: Iterable[T], size: int, depth: int = 4) -> Iterator[lis
     thread = threading.Thread(target=produce, name="prepare-reader", daemon=True)
     thread.start()
     try:
-        while (chunk := ready.get()) is not _END:
-            if isinstance(chunk, BaseException):
-                raise chunk
-            yield chunk
+        while (item := ready.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
     finally:
         stop.set()
         thread.join(timeout=5)

@@ -1,0 +1,244 @@
+"""Speed and memory of `lmlab prepare` and the reading side, against baselines run here.
+
+Corpus: the State of the Union addresses and the Brown corpus (/work/shared/data/corpora,
+16.7 MB of text), grown to 50 MB. Plain repeats would be removed by deduplication, and a
+copy number in front of each document would still leave near-duplicates, so copy 1, 2, ...
+re-deals the corpus's sentences (seeded shuffle) into new documents with the originals'
+sentence counts: real sentences, but documents that are neither exact nor near duplicates.
+
+    throughput   end-to-end prepare with a given tokenizer (read, NFC, control characters,
+                 exact and near dedup, split, encode, sentence offsets, write) against raw
+                 `Tokenizer.encode_batch` of the same text, same chunks, same tokenizer, same
+                 cores; and prepare training its own tokenizer
+    memory       peak RSS of prepare and of the reading side for 1x and 20x input
+    near-dedup   MinHash + LSH over 100,000 documents, documents per second
+
+Every measurement runs in its own process, so its peak RSS is its own. Timings alternate
+between the contenders and report the median of the repeats.
+
+    python benchmarks/prepare_speed.py             # about 10 minutes on 2 cores
+    python benchmarks/prepare_speed.py --quick     # a smoke run on small inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CORPORA = Path("/work/shared/data/corpora")
+RESULTS = Path(__file__).with_name("results") / "prepare_speed.json"
+CHUNK_DOCUMENTS = 256  # as prepare encodes
+
+
+# ---------------------------------------------------------------- the corpus
+
+
+def base_documents() -> list[str]:
+    return [json.loads(line)["text"] for name in ("sotu.jsonl", "brown.jsonl")
+            for line in (CORPORA / name).open(encoding="utf-8")]
+
+
+def split_sentences(text: str) -> list[str]:
+    from lmlab.data.sentences import sentence_starts
+
+    cuts = [0, *sentence_starts(text), len(text)]
+    return [text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False) if text[a:b].strip()]
+
+
+def grown_documents(target_bytes: int):
+    """Copy 0 is the corpus; copy k re-deals all its sentences with seed k. Yields texts."""
+    documents = base_documents()
+    per_document = [split_sentences(d) for d in documents]
+    sentences = [s for doc in per_document for s in doc]
+    produced, copy = 0, 0
+    while produced < target_bytes:
+        if copy == 0:
+            texts = documents
+        else:
+            order = np.random.default_rng(copy).permutation(len(sentences))
+            bounds = np.cumsum([0] + [len(doc) for doc in per_document])
+            texts = [" ".join(sentences[i] for i in order[a:b])
+                     for a, b in zip(bounds, bounds[1:], strict=False)]
+        for text in texts:
+            yield text
+            produced += len(text.encode("utf-8"))
+            if produced >= target_bytes:
+                return
+        copy += 1
+
+
+def write_corpus(path: Path, target_bytes: int) -> dict:
+    count = size = 0
+    with path.open("w", encoding="utf-8") as f:
+        for text in grown_documents(target_bytes):
+            f.write(json.dumps({"id": count, "text": text}, ensure_ascii=False) + "\n")
+            count += 1
+            size += len(text.encode("utf-8"))
+    return {"path": str(path), "documents": count, "text_bytes": size,
+            "file_bytes": path.stat().st_size}
+
+
+# ---------------------------------------------------------------- measured in a child process
+
+
+def child(task: str, args: dict) -> dict:
+    import lmlab.data
+
+    if task == "raw_encode":
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(args["tokenizer"])
+        texts = [json.loads(line)["text"] for line in open(args["corpus"], encoding="utf-8")]
+        start = time.perf_counter()
+        tokens = 0
+        for i in range(0, len(texts), CHUNK_DOCUMENTS):
+            encodings = tokenizer.encode_batch(texts[i: i + CHUNK_DOCUMENTS],
+                                               add_special_tokens=False)
+            tokens += sum(len(e.ids) for e in encodings)
+        result = {"seconds": time.perf_counter() - start, "tokens": tokens}
+    elif task == "prepare":
+        shutil.rmtree(args["out"], ignore_errors=True)
+        start = time.perf_counter()
+        lmlab.data.prepare([args["corpus"]], args["out"], **args["recipe"])
+        result = {"seconds": time.perf_counter() - start}
+        meta = json.loads((Path(args["out"]) / "meta.json").read_text())
+        result["tokens"] = sum(s["tokens"] for s in meta["splits"].values())
+        result["documents_out"] = meta["cleaning"]["documents_out"]
+    elif task == "read":
+        from lmlab.data.loader import BlockBatches
+
+        dataset = lmlab.data.open(args["out"])
+        special = dataset.special
+        start = time.perf_counter()
+        batches = BlockBatches(dataset.train, 128, 32, args["packing"], special.pad,
+                               special.sep, seed=0)
+        for index in range(args["batches"]):
+            batches.batch(index % (batches.batches_per_epoch * 2))
+        result = {"seconds": time.perf_counter() - start, "blocks": batches.num_blocks}
+    elif task == "near_dedup":
+        from lmlab.data.cleaning import NEAR_DEDUP_BATCH, NearDedupConfig, NearDeduplicator
+
+        texts = [json.loads(line)["text"] for line in open(args["corpus"], encoding="utf-8")]
+        deduplicator = NearDeduplicator(NearDedupConfig())
+        start = time.perf_counter()
+        kept = sum(int(deduplicator.keep(texts[i: i + NEAR_DEDUP_BATCH]).sum())
+                   for i in range(0, len(texts), NEAR_DEDUP_BATCH))
+        result = {"seconds": time.perf_counter() - start, "documents": len(texts),
+                  "near_duplicates": len(texts) - kept}
+    else:
+        raise ValueError(task)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def measure(task: str, **args) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", task, json.dumps(args)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{task} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- the benchmark
+
+
+def near_dedup_documents(path: Path, count: int) -> None:
+    """`count` documents of about five sentences, from the grown corpus."""
+    written = 0
+    with path.open("w", encoding="utf-8") as f:
+        sentences: list[str] = []
+        for text in grown_documents(10**12):
+            sentences.extend(split_sentences(text))
+            while len(sentences) >= 5 and written < count:
+                f.write(json.dumps({"text": " ".join(sentences[:5])}) + "\n")
+                del sentences[:5]
+                written += 1
+            if written == count:
+                return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(child(options.child[0], json.loads(options.child[1]))))
+        return
+    scale = 0.2 if options.quick else 1.0
+    work = Path(tempfile.mkdtemp(prefix="prepare-speed-"))
+    results: dict = {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+    try:
+        big = write_corpus(work / "big.jsonl", int(50e6 * scale))
+        small = write_corpus(work / "small.jsonl", int(2.5e6 * scale))
+        results["corpus"] = {"1x": small, "20x": big, "note": __doc__.split("\n\n")[1]}
+        print(f"corpus: {big['text_bytes'] / 1e6:.1f} MB, {big['documents']} documents")
+
+        trained = measure("prepare", corpus=big["path"], out=str(work / "trained"),
+                          recipe={"validation_fraction": 0.1})
+        tokenizer = str(work / "trained" / "tokenizer.json")
+        given = {"tokenizer": tokenizer, "validation_fraction": 0.1}
+        runs: dict[str, list] = {"raw_encode": [], "prepare": []}
+        for _ in range(options.repeats):
+            runs["raw_encode"].append(measure("raw_encode", corpus=big["path"],
+                                              tokenizer=tokenizer))
+            runs["prepare"].append(measure("prepare", corpus=big["path"],
+                                           out=str(work / "given"), recipe=given))
+        mb = big["text_bytes"] / 1e6
+        speed = {name: mb / statistics.median(r["seconds"] for r in rs)
+                 for name, rs in runs.items()}
+        results["throughput"] = {
+            "text_mb": mb,
+            "raw_encode_batch_mb_per_s": speed["raw_encode"],
+            "prepare_given_tokenizer_mb_per_s": speed["prepare"],
+            "ratio": speed["prepare"] / speed["raw_encode"],
+            "prepare_training_bpe_8192_mb_per_s": mb / trained["seconds"],
+            "runs": runs, "training_run": trained,
+        }
+        print(json.dumps({k: v for k, v in results["throughput"].items()
+                          if not isinstance(v, dict | list)}, indent=1))
+
+        memory = {}
+        for size, corpus in (("1x", small), ("20x", big)):
+            out = str(work / f"rss-{size}")
+            memory[f"prepare_given_{size}"] = measure("prepare", corpus=corpus["path"],
+                                                      out=out, recipe=given)
+            memory[f"prepare_training_{size}"] = trained if size == "20x" else measure(
+                "prepare", corpus=corpus["path"], out=str(work / "rss-train-1x"),
+                recipe={"validation_fraction": 0.1})
+            for packing in ("concatenate", "best_fit", "sentences"):
+                memory[f"read_{packing}_{size}"] = measure("read", out=out, packing=packing,
+                                                           batches=300)
+        growth = {name.removesuffix("_1x"): memory[name.replace("_1x", "_20x")]["peak_rss_mb"]
+                  / memory[name]["peak_rss_mb"] for name in memory if name.endswith("_1x")}
+        results["memory"] = {"peak_rss_growth_20x_over_1x": growth, "runs": memory}
+        print(json.dumps({name: run["peak_rss_mb"] for name, run in memory.items()}, indent=1))
+        print(json.dumps(growth, indent=1))
+
+        near = work / "near.jsonl"
+        near_dedup_documents(near, int(100_000 * scale))
+        run = measure("near_dedup", corpus=str(near))
+        results["near_dedup"] = {**run, "documents_per_s": run["documents"] / run["seconds"]}
+        print(json.dumps(results["near_dedup"], indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not options.quick:
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
