@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.model.layers import apply_rotary
+from lmlab.model.linear import Linear
 from lmlab.model.masks import MaskSpec
 
 
@@ -47,8 +48,8 @@ class SelfAttention(nn.Module):
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         self.layer_index = layer_index
         self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.qkv = Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.out = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
                 cache: KVCache | None = None) -> Tensor:

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.model.layers import make_norm
+from lmlab.model.linear import Linear
 
 
 def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
@@ -20,7 +21,7 @@ class LMHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
         super().__init__()
-        self.decoder = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.decoder = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.decoder.weight = embedding.weight
 
@@ -33,9 +34,9 @@ class MLMHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
         super().__init__()
-        self.transform = nn.Linear(cfg.d_model, cfg.d_model)
+        self.transform = Linear(cfg.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
-        self.decoder = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.decoder = Linear(cfg.d_model, cfg.vocab_size)
         if cfg.tie_embeddings:
             self.decoder.weight = embedding.weight
 
@@ -49,8 +50,8 @@ class NSPHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
         super().__init__()
-        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
-        self.classifier = nn.Linear(cfg.d_model, 2)
+        self.pooler = Linear(cfg.d_model, cfg.d_model)
+        self.classifier = Linear(cfg.d_model, 2)
 
     def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
         cls = hidden[:, 0] if at is None else hidden[at, 0]  # `at` selects rows here

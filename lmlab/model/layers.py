@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
+from lmlab.model.linear import Linear
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -30,8 +31,8 @@ class MLP(nn.Module):
         super().__init__()
         self.gated = cfg.gated
         self.act = ACTIVATIONS[cfg.activation]
-        self.up = nn.Linear(cfg.d_model, cfg.ffn_dim * (2 if cfg.gated else 1), bias=cfg.bias)
-        self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
+        self.up = Linear(cfg.d_model, cfg.ffn_dim * (2 if cfg.gated else 1), bias=cfg.bias)
+        self.down = Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.up(x)

@@ -15,7 +15,7 @@ from lmlab.config import ModelConfig
 from lmlab.data.dataset import Dataset
 from lmlab.data.loader import BlockBatches
 from lmlab.model import LanguageModel, MaskSpec
-from lmlab.objectives.base import Objective
+from lmlab.objectives.base import LossSum, Objective
 from lmlab.objectives.registry import ObjectiveOptions, build_objective
 from lmlab.presets import preset
 from lmlab.train import distributed
@@ -95,7 +95,18 @@ class StopRequest:
             signal.signal(signum, handler)
 
 
-def train_step(model, objective: Objective, micro_batches, env, cfg, scaler):
+def forward_loss(model, objective: Objective, compile_model: bool):
+    """batch → LossSum. Compiled, the loss is inside the graph with the model, so the
+    log-softmax over the vocabulary fuses with the projection around it (compiling the model
+    alone leaves the costliest elementwise work eager)."""
+
+    def run(batch) -> LossSum:
+        return objective.loss(model(**batch.model_inputs()), batch)
+
+    return torch.compile(run) if compile_model else run
+
+
+def train_step(model, compute_loss, objective: Objective, micro_batches, env, cfg, scaler):
     """Forward and backward over a step's micro-batches; the loss is normalised by the
     global target count of each term. Returns (loss, per-term losses) of the step."""
     counts = {}
@@ -110,8 +121,7 @@ def train_step(model, objective: Objective, micro_batches, env, cfg, scaler):
         last = index == len(micro_batches) - 1
         batch = batch.to(env.device)
         with distributed.gradient_sync(model, enabled=last), autocast(cfg.precision, env.device):
-            outputs = model(**batch.model_inputs())
-            loss = objective.loss(outputs, batch)
+            loss = compute_loss(batch)
             # DDP averages gradients over ranks; scaling by the world size turns
             # that average into the sum over ranks of sum / global count.
             scaled = loss.mean(counts) * env.world_size
@@ -162,8 +172,6 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                            env.world_size)
     if state.data:
         batches.load_state_dict(state.data)
-    if cfg.compile:
-        train_model = torch.compile(train_model)
     scaler = grad_scaler(cfg.precision, env.device)
     data = iter(DataLoader(batches, batch_size=None, num_workers=cfg.num_workers))
 
@@ -171,6 +179,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         state.total_steps = _total_steps(cfg, model, tokens_per_step)
     objective = build_objective(cfg.objective, dataset.special, objective_options,
                                 dataset.word_starts, state.total_steps)
+    compute_loss = forward_loss(train_model, objective, cfg.compile)
     warmup = cfg.warmup_steps
     if warmup is None:
         warmup = min(1000, state.total_steps // 20)
@@ -201,7 +210,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             for _ in range(accumulation):
                 last_batch = next(data)
                 micro_batches.append(objective.make_batch(last_batch.tokens, generator, step))
-            loss, terms = train_step(train_model, objective, micro_batches, env, cfg, scaler)
+            loss, terms = train_step(train_model, compute_loss, objective, micro_batches, env,
+                                     cfg, scaler)
             if scaler:
                 scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

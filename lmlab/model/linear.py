@@ -1,0 +1,59 @@
+"""nn.Linear whose fp32 CPU matrix multiplies run through oneDNN instead of the default BLAS.
+
+On CPUs where PyTorch's fp32 GEMM goes through MKL's generic path (AMD EPYC, for one), oneDNN's
+kernels for the same shapes are markedly faster, and a transformer step is mostly these GEMMs.
+PyTorch routes bf16 matmuls to oneDNN already, but fp32 ones only when reduced precision is
+allowed; this keeps full fp32 and calls oneDNN's linear primitive directly, forward and
+backward. Anywhere else (GPU, autocast, torch.compile, no oneDNN, LMLAB_ONEDNN=0) it is plain
+F.linear. tests/test_onednn_linear.py holds it equal to F.linear.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def onednn_enabled() -> bool:
+    return torch.backends.mkldnn.is_available() and os.environ.get("LMLAB_ONEDNN", "1") != "0"
+
+
+def _dnn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (N, in) @ weight (out, in)ᵀ + bias, by oneDNN."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(flat, weight)
+        ctx.has_bias, ctx.input_shape = bias is not None, x.shape
+        return _dnn_linear(flat, weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        flat, weight = ctx.saved_tensors
+        grad = grad.reshape(-1, weight.shape[0])
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = _dnn_linear(grad, weight.t()).view(ctx.input_shape)  # grad · W
+        if ctx.needs_input_grad[1]:
+            grad_weight = _dnn_linear(grad.t(), flat.t())  # gradᵀ · x
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0)
+        return grad_input, grad_weight, grad_bias
+
+
+class Linear(nn.Linear):
+    """A drop-in nn.Linear (same parameters and names) with the oneDNN fp32 CPU path."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if (x.device.type == "cpu" and x.dtype == torch.float32
+                and self.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+                and not torch.compiler.is_compiling() and onednn_enabled()):
+            return _OneDNNLinear.apply(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)

@@ -1,0 +1,50 @@
+"""The oneDNN fp32 CPU path of lmlab's Linear equals F.linear, forward and backward."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lmlab import LanguageModel, MaskSpec, preset
+from lmlab.model.linear import Linear, onednn_enabled
+
+pytestmark = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch build has no oneDNN")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24)])
+def test_forward_and_gradients_equal_plain_linear(bias, shape):
+    torch.manual_seed(0)
+    layer = Linear(24, 40, bias=bias)
+    x = torch.randn(*shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    upstream = torch.randn(*shape[:-1], 40)
+    out = layer(x)
+    (out * upstream).sum().backward()
+    grads = [x.grad] + [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    ref = F.linear(x_ref, layer.weight, layer.bias)
+    (ref * upstream).sum().backward()
+    ref_grads = [x_ref.grad] + [p.grad for p in layer.parameters()]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, expected in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_step_equals_the_plain_path(monkeypatch):
+    torch.manual_seed(0)
+    model = LanguageModel(preset("gpt2-tiny", vocab_size=300, dropout=0.0), heads=("lm",))
+    ids = torch.randint(0, 300, (2, 16))
+
+    def loss_and_grads():
+        model.zero_grad()
+        logits = model(ids, MaskSpec("causal"))["lm"]
+        loss = F.cross_entropy(logits.reshape(-1, 300), ids.reshape(-1))
+        loss.backward()
+        return loss, [p.grad.clone() for p in model.parameters()]
+
+    fast_loss, fast_grads = loss_and_grads()
+    monkeypatch.setenv("LMLAB_ONEDNN", "0")
+    plain_loss, plain_grads = loss_and_grads()
+    torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-6, atol=1e-6)
+    for fast, plain in zip(fast_grads, plain_grads, strict=True):
+        torch.testing.assert_close(fast, plain, rtol=1e-4, atol=1e-6)
