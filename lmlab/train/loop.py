@@ -19,6 +19,7 @@ from lmlab.objectives.base import LossSum, Objective
 from lmlab.objectives.registry import ObjectiveOptions, build_objective
 from lmlab.presets import preset
 from lmlab.train import distributed
+from lmlab.train.allocator import keep_freed_memory
 from lmlab.train.budget import DEFAULT_MINUTES, step_budget, steps_in_minutes
 from lmlab.train.checkpoint import (
     checkpoint_name,
@@ -135,6 +136,8 @@ def train_step(model, compute_loss, objective: Objective, micro_batches, env, cf
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     env = distributed.setup()
+    if env.device.type == "cpu":
+        keep_freed_memory()
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model_cfg = model_config(cfg, dataset)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
