@@ -71,3 +71,19 @@ def test_an_existing_run_needs_resume_or_overwrite(tmp_path, cache):
                    "--model", "gpt2-tiny", cwd=tmp_path, cache=cache)
     assert second.returncode == 1
     assert "holds another run; pass --resume to continue it or --overwrite" in second.stderr
+
+
+def test_resuming_with_another_vocabulary_is_refused(tmp_path, cache):
+    first = lmlab("pretrain", "--objective", "clm", "--steps", "1", "--batch-size", "2",
+                  "--model", "gpt2-tiny", cwd=tmp_path, cache=cache)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (tmp_path / "corpus.txt").write_text("".join(f"Line {i} of a small text corpus.\n\n"
+                                                 for i in range(300)))
+    prepared = lmlab("prepare", "corpus.txt", "--out", "small", "--vocab-size", "300",
+                     "--blank-line-documents", cwd=tmp_path, cache=cache)
+    assert prepared.returncode == 0, prepared.stderr[-2000:]
+    resumed = lmlab("pretrain", "--objective", "clm", "--steps", "2", "--batch-size", "2",
+                    "--model", "gpt2-tiny", "--data", "small", "--resume", cwd=tmp_path,
+                    cache=cache)
+    assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
+    assert "vocab_size 8192 → " in resumed.stderr and "another tokenizer" in resumed.stderr

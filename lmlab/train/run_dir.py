@@ -51,10 +51,25 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> P
         elif not (resume or same):
             raise RunDirError(f"{out} holds another run; pass --resume to continue it or "
                               "--overwrite to replace it")
+        else:
+            _check_same_model(out, previous.get("model", {}), config.get("model", {}))
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
     checkpoints = list_checkpoints(out / "checkpoints")
     return checkpoints[-1] if checkpoints else None
+
+
+def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:
+    """A run resumes only into the model it saved: a different vocabulary means a dataset
+    prepared with another tokenizer."""
+    differing = sorted(k for k in saved.keys() | wanted.keys() if saved.get(k) != wanted.get(k))
+    if not differing:
+        return
+    details = ", ".join(f"{k} {saved.get(k)} → {wanted.get(k)}" for k in differing[:4])
+    hint = (" (the dataset was prepared with another tokenizer)"
+            if "vocab_size" in differing else "")
+    raise RunDirError(f"{out} was trained with another model configuration ({details}){hint}; "
+                      "resume it with its own settings and dataset, or use another --out")
 
 
 def _comparable(config: dict) -> dict:
