@@ -252,6 +252,7 @@ def stream(pretrained: Pretrained, prompt: Text, max_new_tokens: int = 50,
     items, single = as_batch(prompt)
     if not single or settings.num_samples != 1:
         raise ValueError("stream takes one prompt and gives one sample; use generate for more")
+    pretrained.require_tokenizer()  # the pieces are text
     rows = _start_rows(pretrained, items, max_new_tokens, settings)
     for _, piece in _run(pretrained, rows, max_new_tokens, settings):
         yield piece

@@ -1,0 +1,132 @@
+"""Generation speed of lmlab's KV-cache decoder against Hugging Face `GPT2LMHeadModel.generate`
+with identical weights, measured in the same process.
+
+Reference: the gpt2-mini preset (4 layers, d_model 256, 4 heads), vocabulary 8192, random
+weights converted through lmlab/export/hf.py; a 16-token prompt, greedy decoding of exactly
+128 new tokens, batch 1 and batch 8, fp32, 2 CPU threads. lmlab runs twice: as configured
+(linear layers through oneDNN, lmlab/model/linear.py) and with LMLAB_ONEDNN=0 (plain
+F.linear), since a decoding step multiplies only one row per sequence. Repeats rotate which
+side runs first, so machine noise hits all; the medians give the ratios. Greedy output must
+be identical token for token.
+
+    python benchmarks/generate_speed.py
+    python benchmarks/generate_speed.py --repeats 3 --batch-sizes 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+VOCAB, PROMPT_LEN, NEW_TOKENS, CONTEXT = 8192, 16, 128, 256
+
+
+def build_models(preset_name: str):
+    import transformers
+
+    from lmlab import LanguageModel, SpecialTokens, preset
+    from lmlab.export.hf import hf_config, to_hf_state_dict
+    from lmlab.infer import Pretrained
+
+    torch.manual_seed(0)
+    cfg = preset(preset_name, VOCAB, CONTEXT, dropout=0.0)
+    model = LanguageModel(cfg, heads=("lm",)).eval()
+    ours = Pretrained(model, None, SpecialTokens.layout(VOCAB, 100), "clm")
+    theirs = transformers.GPT2LMHeadModel(hf_config(cfg, "gpt2")).eval()
+    theirs.load_state_dict(to_hf_state_dict(model, "gpt2"), strict=True)
+    return ours, theirs
+
+
+def lmlab_generate(ours, prompts: torch.Tensor) -> torch.Tensor:
+    made = ours.generate(prompts.tolist(), NEW_TOKENS, greedy=True, ignore_eos=True)
+    return torch.tensor([result.ids for result in made])
+
+
+def hf_generate(theirs, prompts: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        out = theirs.generate(prompts, attention_mask=torch.ones_like(prompts),
+                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out[:, PROMPT_LEN:]
+
+
+def run_side(name: str, ours, theirs, prompts) -> tuple[float, torch.Tensor]:
+    """(seconds, generated tokens) of one side; "lmlab_flinear" turns oneDNN off meanwhile."""
+    if name == "lmlab_flinear":
+        os.environ["LMLAB_ONEDNN"] = "0"
+    start = time.perf_counter()
+    try:
+        tokens = hf_generate(theirs, prompts) if name == "hf" else lmlab_generate(ours, prompts)
+    finally:
+        os.environ.pop("LMLAB_ONEDNN", None)
+    return time.perf_counter() - start, tokens
+
+
+SIDES = ("lmlab", "lmlab_flinear", "hf")
+
+
+def measure(ours, theirs, batch_size: int, repeats: int) -> dict:
+    prompts = torch.randint(107, VOCAB, (batch_size, PROMPT_LEN),
+                            generator=torch.Generator().manual_seed(batch_size))
+    outputs = {name: run_side(name, ours, theirs, prompts)[1] for name in SIDES}  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in SIDES}
+    for repeat in range(repeats):
+        shift = repeat % len(SIDES)
+        for name in SIDES[shift:] + SIDES[:shift]:
+            seconds[name].append(run_side(name, ours, theirs, prompts)[0])
+    new_tokens = batch_size * NEW_TOKENS
+    speed = {name: new_tokens / statistics.median(times) for name, times in seconds.items()}
+    return {"batch_size": batch_size,
+            "identical_greedy_tokens": all(torch.equal(outputs[name], outputs["hf"])
+                                           for name in SIDES),
+            **{f"{name}_tokens_per_second": speed[name] for name in SIDES},
+            "ratio": speed["lmlab"] / speed["hf"],
+            "ratio_flinear": speed["lmlab_flinear"] / speed["hf"],
+            **{f"{name}_seconds": seconds[name] for name in SIDES}}
+
+
+def write_json(data, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".json", delete=False) as f:
+        json.dump(data, f, indent=2)
+    os.replace(f.name, path)
+
+
+def main() -> None:
+    import transformers
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="gpt2-mini")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path,
+                        default=Path("benchmarks/results/generate_speed.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    ours, theirs = build_models(args.preset)
+    rows = []
+    for batch_size in args.batch_sizes:
+        row = measure(ours, theirs, batch_size, args.repeats)
+        rows.append(row)
+        print(f"batch {batch_size}: lmlab {row['lmlab_tokens_per_second']:6.0f} tok/s "
+              f"(ratio {row['ratio']:.2f}), with F.linear "
+              f"{row['lmlab_flinear_tokens_per_second']:6.0f} tok/s "
+              f"(ratio {row['ratio_flinear']:.2f}); hf {row['hf_tokens_per_second']:6.0f} tok/s;"
+              f" identical greedy tokens: {row['identical_greedy_tokens']}", flush=True)
+    write_json({"preset": args.preset, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS,
+                "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
+                "transformers": transformers.__version__, "machine": platform.machine(),
+                "load_average": os.getloadavg(), "rows": rows}, args.out)
+
+
+if __name__ == "__main__":
+    main()
