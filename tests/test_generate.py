@@ -141,6 +141,9 @@ def test_generation_stops_where_the_context_ends_and_long_prompts_are_refused():
     made = pretrained.generate(long_prompt, 10, greedy=True, ignore_eos=True,
                                truncate_left=True)
     assert len(made.ids) == 10 and made.finish_reason == "length"
+    with pytest.raises(ValueError, match="42 tokens with its sentinels.*cannot be truncated"):
+        random_pretrained("gpt2", "span").generate(prompt_of(CONTEXT - 1, seed=9), 5,
+                                                   truncate_left=True)
 
 
 @pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "mntp"])
@@ -190,7 +193,7 @@ def test_generation_ends_before_a_stop_string_and_streams_what_it_returns(tokeni
     pretrained = text_pretrained(tokenizer, "clm")
     free = pretrained.generate("the quick", 30, greedy=True, ignore_eos=True)
     stop = free.text[6:9]
-    stopped = pretrained.generate("the quick", 30, greedy=True, ignore_eos=True, stop=[stop])
+    stopped = pretrained.generate("the quick", 30, greedy=True, ignore_eos=True, stop=stop)
     assert stopped.text == free.text[: free.text.index(stop)]
     assert stopped.finish_reason == "stop"
     pieces = list(pretrained.stream("the quick", 30, greedy=True, ignore_eos=True))

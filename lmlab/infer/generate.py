@@ -104,8 +104,11 @@ def prepare_prompt(pretrained: Pretrained, prompt: Text, max_new_tokens: int = 1
         gaps = sum(token in special.sentinels for token in ids)
         if not gaps:
             ids, gaps = [*ids, special.sentinels[0]], 1
-    ids = _fit_context(pretrained, [*ids, special.eos, special.sentinels[0]], max_new_tokens,
-                       truncate_left=False)
+    ids = [*ids, special.eos, special.sentinels[0]]
+    if len(ids) > pretrained.max_seq_len:
+        raise ValueError(f"the prompt is {len(ids)} tokens with its sentinels, longer than the "
+                         f"model's context of {pretrained.max_seq_len}; shorten it (a prompt "
+                         "to infill cannot be truncated)")
     return PreparedPrompt(ids, mode, gaps)
 
 
@@ -137,6 +140,10 @@ class GenerationOptions:
     num_samples: int = 1  # samples per prompt
     truncate_left: bool = False  # drop the prompt's start when it does not fit the context
     ignore_eos: bool = False  # generate exactly max_new_tokens (for timing)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):  # one stop string, not its characters
+            object.__setattr__(self, "stop", (self.stop,))
 
     @property
     def sampling(self) -> Sampling:
