@@ -5,13 +5,13 @@ import torch
 import torch.nn.functional as F
 
 from lmlab import LanguageModel, MaskSpec, preset
-from lmlab.model.linear import Linear, onednn_enabled
+from lmlab.model.linear import MIN_ROWS, Linear, onednn_enabled
 
 pytestmark = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch build has no oneDNN")
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24)])
+@pytest.mark.parametrize("shape", [(300, 24), (3, 100, 24), (7, 24)])
 def test_forward_and_gradients_equal_plain_linear(bias, shape):
     torch.manual_seed(0)
     layer = Linear(24, 40, bias=bias)
@@ -19,6 +19,8 @@ def test_forward_and_gradients_equal_plain_linear(bias, shape):
     x_ref = x.detach().clone().requires_grad_()
     upstream = torch.randn(*shape[:-1], 40)
     out = layer(x)
+    rows = x.numel() // x.shape[-1]
+    assert ("OneDNN" in type(out.grad_fn).__name__) == (rows >= MIN_ROWS)  # the path taken
     (out * upstream).sum().backward()
     grads = [x.grad] + [p.grad.clone() for p in layer.parameters()]
     layer.zero_grad()
@@ -32,8 +34,9 @@ def test_forward_and_gradients_equal_plain_linear(bias, shape):
 
 def test_a_model_step_equals_the_plain_path(monkeypatch):
     torch.manual_seed(0)
-    model = LanguageModel(preset("gpt2-tiny", vocab_size=300, dropout=0.0), heads=("lm",))
-    ids = torch.randint(0, 300, (2, 16))
+    model = LanguageModel(preset("gpt2-tiny", vocab_size=300, max_seq_len=MIN_ROWS,
+                                       dropout=0.0), heads=("lm",))
+    ids = torch.randint(0, 300, (2, MIN_ROWS))  # enough rows for the oneDNN path
 
     def loss_and_grads():
         model.zero_grad()
