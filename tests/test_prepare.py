@@ -130,7 +130,7 @@ def test_nsp_sentence_packing_reads_real_sentences_and_old_datasets_say_so(tmp_p
         assert all(s[-1] in ".!?" and s[0].isupper() for s in sentences), sentences
     (out / "train.sentences.npy").unlink()  # what a dataset of format 1 looks like
     old = lmlab.data.open(out)
-    with pytest.raises(DataError, match="no sentence offsets.*prepare again"):
+    with pytest.raises(DataError, match="no sentence offsets.*prepared again"):
         BlockBatches(old.train, 64, 4, "sentences", special.pad, special.sep)
     BlockBatches(old.train, 64, 4, "concatenate")  # everything else still reads it
 

@@ -24,8 +24,8 @@ NORMALISATIONS = ("NFC", "NFKC", "none")
 CONTROL_CHARACTERS = dict.fromkeys(
     c for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A))
 NEAR_DEDUP_BATCH = 1024  # documents hashed together: numpy work per call, bounded memory
-NEAR_DEDUP_BATCH_CHARS = 1 << 22  # ... or fewer, when they are long
-SHINGLE_ROWS_PER_CHUNK = 8192  # (permutations, shingles) uint64 block ≈ 8 MiB at 128
+NEAR_DEDUP_BATCH_CHARS = 1 << 20  # ... or fewer, when they are long
+SHINGLE_ROWS_PER_CHUNK = 8192  # hashed together: a (permutations, shingles) uint64 block, 8 MiB
 
 
 # ---------------------------------------------------------------- configuration and report
@@ -283,24 +283,24 @@ class MinHasher:
     def signatures(self, texts: list[str]) -> np.ndarray:
         """(documents, permutations) uint32: the minimum hash of each document's shingles."""
         shingle_sets = [self.shingles(text) for text in texts]
-        out = np.empty((len(texts), self.a.size), dtype=np.uint32)
-        first = 0
-        while first < len(texts):
-            # A chunk of whole documents, about SHINGLE_ROWS_PER_CHUNK shingles.
-            last, rows = first, 0
-            while last < len(texts) and (last == first or
-                                         rows + shingle_sets[last].size <= SHINGLE_ROWS_PER_CHUNK):
-                rows += shingle_sets[last].size
-                last += 1
-            chunk = np.concatenate(shingle_sets[first:last])
-            hashed = np.multiply.outer(self.a, chunk)  # (P, S): each document's run contiguous
+        if not texts:
+            return np.empty((0, self.a.size), dtype=np.uint32)
+        shingles = np.concatenate(shingle_sets)
+        owners = np.repeat(np.arange(len(texts)), [s.size for s in shingle_sets])
+        minimum = np.full((self.a.size, len(texts)), np.iinfo(np.uint64).max, dtype=np.uint64)
+        # A window of shingles at a time, however long the documents: memory stays bounded.
+        for start in range(0, shingles.size, SHINGLE_ROWS_PER_CHUNK):
+            window = slice(start, start + SHINGLE_ROWS_PER_CHUNK)
+            hashed = np.multiply.outer(self.a, shingles[window])  # (P, S): runs contiguous
             hashed += self.b[:, None]
-            offsets = np.cumsum([0] + [s.size for s in shingle_sets[first:last - 1]])
-            # The shift is monotone, so it commutes with the minimum: shift P values per
-            # document rather than P per shingle.
-            out[first:last] = (np.minimum.reduceat(hashed, offsets, axis=1) >> np.uint64(32)).T
-            first = last
-        return out
+            owner = owners[window]
+            firsts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+            documents = owner[firsts]
+            minimum[:, documents] = np.minimum(minimum[:, documents],
+                                               np.minimum.reduceat(hashed, firsts, axis=1))
+        # The shift is monotone, so it commutes with the minimum: shift P values per document
+        # rather than P per shingle.
+        return np.ascontiguousarray((minimum >> np.uint64(32)).astype(np.uint32).T)
 
 
 class NearDeduplicator:

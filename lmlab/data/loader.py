@@ -87,8 +87,8 @@ class BlockBatches(IterableDataset):
             sentences = source.sentence_spans()
             if sentences is None:
                 raise DataError("this dataset has no sentence offsets, which sentence pairs "
-                                "(NSP) need: it was prepared by an older lmlab; run lmlab "
-                                "prepare again")
+                                "(NSP) need; a directory from an older lmlab prepare must be "
+                                "prepared again")
             self.rows = sentence_rows(sentences, source.document_spans(), block_len)
             num_blocks = len(self.rows)
         else:

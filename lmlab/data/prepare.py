@@ -113,11 +113,12 @@ def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
     else:
         groups = [_Group("all sources", reader([spec.pattern for spec in specs]))]
     paths = [path for group in files for path in group]
+    input_bytes = sum(p.stat().st_size for p in paths)
     if not recipe.trains_tokenizer:
         paths.append(Path(recipe.tokenizer))
     inputs = [{"path": str(p), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
-              for p in paths if p.is_file()]
-    return _prepare(groups, Path(out), recipe, inputs, sum(p.stat().st_size for p in paths))
+              for p in paths]
+    return _prepare(groups, Path(out), recipe, inputs, input_bytes)
 
 
 def prepare_documents(documents: Iterable[str], out: str | Path, *,
@@ -193,30 +194,11 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
     reports = [CleaningReport() for _ in groups]
     cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1)
                for group, report in zip(groups, reports, strict=True)]
-    plan: list[MixedSource] | None = None
-    if recipe.trains_tokenizer or groups[0].weight is not None:
-        spills, counts, spilled_bytes = [], {}, 0
-        progress = Progress("read and clean", input_bytes)
-        try:
-            for index, (group, documents) in enumerate(zip(groups, cleaned, strict=True)):
-                spills.append(work / f"cleaned-{index}.jsonl")
-                counts[group.name], size = _spill(documents, spills[-1], progress)
-                spilled_bytes += size
-        finally:
-            progress.close()
-        weights = {g.name: g.weight for g in groups} if groups[0].weight is not None else None
-        plan = plan_mix(counts, weights)
-
-        def mixed(plan: list[MixedSource]) -> Iterator[str]:
-            return mix([_read_spill(path) for path in spills], plan, recipe.seed)
-
-        if recipe.trains_tokenizer:
-            tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
-        else:
-            tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
-        chunks = chunked(mixed(plan))
-        encode_bytes = sum(s.multiplier * s.documents for s in plan) / sum(counts.values()) \
-            * spilled_bytes
+    weighted = groups[0].weight is not None
+    plan = None
+    if recipe.trains_tokenizer or weighted:
+        tokenizer, chunks, plan, encode_bytes = _through_spills(groups, cleaned, recipe, work,
+                                                                input_bytes)
     else:
         tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
         chunks = in_background(chunked(chain.from_iterable(cleaned)))
@@ -237,14 +219,43 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
         "cleaning": _combined(reports).as_dict(),
         "cleaning_by_source": {g.name: r.as_dict() for g, r in zip(groups, reports,
                                                                    strict=True)}
-        if len(groups) > 1 else None,
-        "mix": _mix_report(plan) if plan is not None and len(plan) > 1 else None,
+        if weighted else None,
+        "mix": _mix_report(plan) if weighted else None,
         "splits": splits,
         "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
         "tokenizer": {"kind": recipe.tokenizer if recipe.trains_tokenizer else "given",
                       "sentinels": len(special.sentinels)},
         "stats": token_summary(token_stats, tokenizer, {special.eos}),
     }
+
+
+def _through_spills(groups: list[_Group], cleaned: list[Iterator[str]], recipe: Recipe,
+                    work: Path, input_bytes: int | None
+                    ) -> tuple[Tokenizer, Iterator[list[str]], list[MixedSource], float]:
+    """Clean every group into a temporary file, then train the tokenizer (if asked) on the
+    mix's training split: (tokenizer, chunks of the mix to encode, the mix plan, its bytes)."""
+    spills, counts, spilled_bytes = [], {}, 0
+    progress = Progress("read and clean", input_bytes)
+    try:
+        for index, (group, documents) in enumerate(zip(groups, cleaned, strict=True)):
+            spills.append(work / f"cleaned-{index}.jsonl")
+            counts[group.name], size = _spill(documents, spills[-1], progress)
+            spilled_bytes += size
+    finally:
+        progress.close()
+    weighted = groups[0].weight is not None
+    plan = plan_mix(counts, {g.name: g.weight for g in groups} if weighted else None)
+
+    def mixed(plan: list[MixedSource]) -> Iterator[str]:
+        return mix([_read_spill(path) for path in spills], plan, recipe.seed)
+
+    if recipe.trains_tokenizer:
+        tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
+    else:
+        tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
+    mixed_bytes = spilled_bytes * sum(s.multiplier * s.documents for s in plan) / \
+        sum(counts.values())
+    return tokenizer, chunked(mixed(plan)), plan, mixed_bytes
 
 
 def _cleaned(group: _Group, recipe: Recipe, reading: ReadStats, report: CleaningReport,
