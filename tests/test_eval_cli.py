@@ -95,6 +95,8 @@ def test_python_api_matches_and_score_names_the_rule(runs, text_files):
     scores = pretrained.score(["The cat sees the dog.", "The cat see the dog."])
     assert scores.rule == "causal" and len(scores.log_likelihood) == 2
     assert (scores.log_likelihood < 0).all()
+    ids = pretrained.tokenizer.encode("The cat sees the dog.").ids
+    assert pretrained.score([ids]).log_likelihood[0] == scores.log_likelihood[0]
     first = result["minimal_pairs"][0]["groups"]["field"]["morphology"]
     assert first["correct"] == int(scores.log_likelihood[0] > scores.log_likelihood[1])
     span = load(runs["mix:prefix=1,span=1"]).score(["The cat sees the dog."], rule="span")

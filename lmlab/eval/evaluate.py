@@ -8,13 +8,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lmlab.eval.minimal_pairs import pair_accuracy, pair_files, read_pairs
 from lmlab.eval.perplexity import text_metrics
 from lmlab.eval.rules import ScoringRule, rules_for
 from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, DocumentScores, score_documents
-from lmlab.eval.texts import EvalText, dataset_text, encode, file_text
+from lmlab.eval.texts import EvalText, dataset_text, file_text
+from lmlab.infer.inputs import Text, encode
 from lmlab.infer.pretrained import Pretrained, load
 
 
@@ -30,13 +32,14 @@ def scoring_rule(pretrained: Pretrained, name: str | None = None) -> ScoringRule
                      f"choose {', '.join(r.name for r in rules)}")
 
 
-def score_texts(pretrained: Pretrained, texts: Sequence[str], rule: str | None = None,
+def score_texts(pretrained: Pretrained, texts: Sequence[Text], rule: str | None = None,
                 stride: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
                 progress: bool = False) -> DocumentScores:
     """Each text's log-likelihood in nats under `rule` (default: the run's first objective's):
     summed log-probabilities for causal and prefix models, pseudo-log-likelihood for masked
-    and span models. The result names the rule and counts the tokens scored per text."""
-    documents = encode(pretrained.require_tokenizer(), texts)
+    and span models. Texts are strings or, for runs without a tokenizer, token-id lists. The
+    result names the rule and counts the tokens scored per text."""
+    documents = [np.asarray(encode(pretrained, text), dtype=np.int64) for text in texts]
     return score_documents(pretrained.model, scoring_rule(pretrained, rule), documents, stride,
                            batch_tokens, progress)
 

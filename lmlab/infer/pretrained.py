@@ -80,7 +80,7 @@ class Pretrained:
     def max_seq_len(self) -> int:
         return self.model.cfg.max_seq_len
 
-    def score(self, texts: list[str], rule: str | None = None, **options):
+    def score(self, texts, rule: str | None = None, **options):
         """Each text's log-likelihood in nats, as `DocumentScores` naming the rule: summed
         log-probabilities for causal and prefix models, pseudo-log-likelihood for masked and
         span models (see lmlab.eval.rules; options as for lmlab.eval.evaluate.score_texts)."""
