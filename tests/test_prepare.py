@@ -177,9 +177,13 @@ def test_an_interrupted_prepare_leaves_nothing_that_looks_complete(tmp_path):
         yield from documents(50)
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # while cleaning into the temporary file
         prepare_documents(exploding(), tmp_path / "data", **SMALL)
     assert list(tmp_path.iterdir()) == []
+    given = prepare_documents(documents(60), tmp_path / "given", **SMALL) / "tokenizer.json"
+    with pytest.raises(KeyboardInterrupt):  # in the background reader, while encoding
+        prepare_documents(exploding(), tmp_path / "data", **{**SMALL, "tokenizer": str(given)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given"]
 
 
 def test_a_recipe_file_gives_the_fields_and_options_override_it(tmp_path):

@@ -5,7 +5,7 @@
 """
 
 from lmlab.data.dataset import Dataset
-from lmlab.data.dataset import open_dataset as open  # noqa: A001 (shadows only in here)
+from lmlab.data.dataset import open_dataset as open  # shadows the builtin only in here
 from lmlab.data.prepare import prepare, prepare_documents
 from lmlab.data.recipe import Recipe
 
