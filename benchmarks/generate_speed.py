@@ -3,11 +3,9 @@ with identical weights, measured in the same process.
 
 Reference: the gpt2-mini preset (4 layers, d_model 256, 4 heads), vocabulary 8192, random
 weights converted through lmlab/export/hf.py; a 16-token prompt, greedy decoding of exactly
-128 new tokens, batch 1 and batch 8, fp32, 2 CPU threads. lmlab runs twice: as configured
-(linear layers through oneDNN, lmlab/model/linear.py) and with LMLAB_ONEDNN=0 (plain
-F.linear), since a decoding step multiplies only one row per sequence. Repeats rotate which
-side runs first, so machine noise hits all; the medians give the ratios. Greedy output must
-be identical token for token.
+128 new tokens, batch 1 and batch 8, fp32, 2 CPU threads. Repeats alternate which side
+runs first, so machine noise hits both; the medians give the ratio. Greedy output must be
+identical token for token.
 
     python benchmarks/generate_speed.py
     python benchmarks/generate_speed.py --repeats 3 --batch-sizes 1
@@ -58,39 +56,29 @@ def hf_generate(theirs, prompts: torch.Tensor) -> torch.Tensor:
     return out[:, PROMPT_LEN:]
 
 
-def run_side(name: str, ours, theirs, prompts) -> tuple[float, torch.Tensor]:
-    """(seconds, generated tokens) of one side; "lmlab_flinear" turns oneDNN off meanwhile."""
-    if name == "lmlab_flinear":
-        os.environ["LMLAB_ONEDNN"] = "0"
+def timed(generate, model, prompts) -> tuple[float, torch.Tensor]:
     start = time.perf_counter()
-    try:
-        tokens = hf_generate(theirs, prompts) if name == "hf" else lmlab_generate(ours, prompts)
-    finally:
-        os.environ.pop("LMLAB_ONEDNN", None)
+    tokens = generate(model, prompts)
     return time.perf_counter() - start, tokens
-
-
-SIDES = ("lmlab", "lmlab_flinear", "hf")
 
 
 def measure(ours, theirs, batch_size: int, repeats: int) -> dict:
     prompts = torch.randint(107, VOCAB, (batch_size, PROMPT_LEN),
                             generator=torch.Generator().manual_seed(batch_size))
-    outputs = {name: run_side(name, ours, theirs, prompts)[1] for name in SIDES}  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in SIDES}
+    sides = {"lmlab": (lmlab_generate, ours), "hf": (hf_generate, theirs)}
+    outputs = {name: timed(*side, prompts)[1] for name, side in sides.items()}  # warm-up
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
     for repeat in range(repeats):
-        shift = repeat % len(SIDES)
-        for name in SIDES[shift:] + SIDES[:shift]:
-            seconds[name].append(run_side(name, ours, theirs, prompts)[0])
+        order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
+        for name in order:
+            seconds[name].append(timed(*sides[name], prompts)[0])
     new_tokens = batch_size * NEW_TOKENS
     speed = {name: new_tokens / statistics.median(times) for name, times in seconds.items()}
     return {"batch_size": batch_size,
-            "identical_greedy_tokens": all(torch.equal(outputs[name], outputs["hf"])
-                                           for name in SIDES),
-            **{f"{name}_tokens_per_second": speed[name] for name in SIDES},
+            "identical_greedy_tokens": bool(torch.equal(outputs["lmlab"], outputs["hf"])),
+            "lmlab_tokens_per_second": speed["lmlab"], "hf_tokens_per_second": speed["hf"],
             "ratio": speed["lmlab"] / speed["hf"],
-            "ratio_flinear": speed["lmlab_flinear"] / speed["hf"],
-            **{f"{name}_seconds": seconds[name] for name in SIDES}}
+            "lmlab_seconds": seconds["lmlab"], "hf_seconds": seconds["hf"]}
 
 
 def write_json(data, path: Path) -> None:
@@ -117,11 +105,9 @@ def main() -> None:
     for batch_size in args.batch_sizes:
         row = measure(ours, theirs, batch_size, args.repeats)
         rows.append(row)
-        print(f"batch {batch_size}: lmlab {row['lmlab_tokens_per_second']:6.0f} tok/s "
-              f"(ratio {row['ratio']:.2f}), with F.linear "
-              f"{row['lmlab_flinear_tokens_per_second']:6.0f} tok/s "
-              f"(ratio {row['ratio_flinear']:.2f}); hf {row['hf_tokens_per_second']:6.0f} tok/s;"
-              f" identical greedy tokens: {row['identical_greedy_tokens']}", flush=True)
+        print(f"batch {batch_size}: lmlab {row['lmlab_tokens_per_second']:6.0f} tok/s  "
+              f"hf {row['hf_tokens_per_second']:6.0f} tok/s  ratio {row['ratio']:.2f}  "
+              f"identical greedy tokens: {row['identical_greedy_tokens']}", flush=True)
     write_json({"preset": args.preset, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS,
                 "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
                 "transformers": transformers.__version__, "machine": platform.machine(),
