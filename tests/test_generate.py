@@ -6,7 +6,6 @@ import torch
 
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.infer import Pretrained, load
-from lmlab.infer.decoding import vocabulary_projection
 from lmlab.infer.generate import prepare_prompt
 from lmlab.infer.infill import splice, split_spans, with_sentinels
 from lmlab.infer.text_stream import IncrementalText
@@ -44,14 +43,6 @@ def greedy_by_full_forwards(model, tokens: list[int], steps: int, prefix_len: in
                 else MaskSpec("causal"))
         tokens.append(int(model(ids, mask)["lm"][0, -1].argmax()))
     return tokens[-steps:]
-
-
-def test_the_decoding_projection_equals_the_lm_head():
-    model = random_pretrained("gpt2", "clm").model
-    hidden = torch.randn(3, 64, generator=seeded(11))
-    with torch.no_grad():
-        torch.testing.assert_close(vocabulary_projection(model)(hidden),
-                                   model.heads["lm"](hidden))
 
 
 @pytest.mark.parametrize("family,objective", MODELS)

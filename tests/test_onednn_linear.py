@@ -1,4 +1,5 @@
-"""The oneDNN fp32 CPU path of lmlab's Linear equals F.linear, forward and backward."""
+"""The CPU fast paths of lmlab's Linear equal F.linear: oneDNN forward and backward, and the
+cached transposed weight for a few rows without gradients."""
 
 import pytest
 import torch
@@ -7,9 +8,22 @@ import torch.nn.functional as F
 from lmlab import LanguageModel, MaskSpec, preset
 from lmlab.model.linear import MIN_ROWS, Linear, onednn_enabled
 
-pytestmark = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch build has no oneDNN")
+needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch build has no oneDNN")
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_few_rows_without_gradients_equal_plain_linear_and_follow_weight_changes(bias):
+    torch.manual_seed(0)
+    layer = Linear(24, 40, bias=bias)
+    x = torch.randn(3, 2, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+        layer.weight.mul_(2)  # an optimizer step or a loaded checkpoint
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+    assert layer._transposed is not None  # the cached path was the one taken
+
+
+@needs_onednn
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(300, 24), (3, 100, 24), (7, 24)])
 def test_forward_and_gradients_equal_plain_linear(bias, shape):
@@ -32,6 +46,7 @@ def test_forward_and_gradients_equal_plain_linear(bias, shape):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@needs_onednn
 def test_a_model_step_equals_the_plain_path(monkeypatch):
     torch.manual_seed(0)
     model = LanguageModel(preset("gpt2-tiny", vocab_size=300, max_seq_len=MIN_ROWS,

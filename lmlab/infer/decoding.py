@@ -9,7 +9,7 @@ is causal. A cached step equals a full forward over the same tokens (tests/test_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -17,31 +17,12 @@ from torch import Tensor
 from lmlab.infer.inputs import pad_left
 from lmlab.infer.sampling import Sampling, next_tokens
 from lmlab.model import KVCache, LanguageModel, MaskSpec
-from lmlab.model.heads import LMHead
 
 
 def room_for_new_tokens(model: LanguageModel, prompt_len: int) -> int:
     """New tokens that fit after a prompt: the last one is never fed back, so it needs no
     position of its own."""
     return model.cfg.max_seq_len - prompt_len + 1
-
-
-def vocabulary_projection(model: LanguageModel) -> Callable[[Tensor], Tensor]:
-    """(B, d) hidden states → (B, V) logits of the "lm" head, for decoding.
-
-    A decoding step projects a few rows onto the whole vocabulary, the largest matrix of a
-    small model. nn.Linear keeps it as (V, d) and multiplies by its transpose, which CPU BLAS
-    does several times slower for so few rows than a product with a (d, V) matrix laid out in
-    memory order; so the weight is transposed once, here. The same sums in another order.
-    """
-    head = model.heads["lm"]
-    if type(head) is not LMHead:
-        return head
-    weight = head.decoder.weight.detach().t().contiguous()  # (d, V)
-    bias = head.decoder.bias
-    if bias is None:
-        return lambda hidden: hidden @ weight
-    return lambda hidden: torch.addmm(bias, hidden, weight)
 
 
 @torch.inference_mode()
@@ -87,7 +68,7 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
     if sampling.repetition_penalty != 1.0:
         seen = torch.zeros(batch, model.cfg.vocab_size, dtype=torch.bool, device=device)
         seen.scatter_(1, ids, True)  # padding marks [PAD], which is never a good choice
-    project = vocabulary_projection(model)
+    project = model.heads["lm"]  # (B, d) → (B, V)
     hidden = model(ids, prefill_mask, positions=all_positions[:, :padded_len], cache=cache,
                    predict_at={})["hidden"]
     logits = project(hidden[:, -1])  # (B, V)

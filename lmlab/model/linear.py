@@ -1,11 +1,12 @@
-"""nn.Linear whose fp32 CPU matrix multiplies run through oneDNN instead of the default BLAS.
+"""nn.Linear whose CPU matrix multiplies take the faster of two paths: oneDNN for training-size
+fp32 products, a cached transposed weight for the few rows of token-by-token decoding.
 
 On CPUs where PyTorch's fp32 GEMM goes through MKL's generic path (AMD EPYC, for one), oneDNN's
 kernels for the same shapes are markedly faster, and a transformer step is mostly these GEMMs.
 PyTorch routes bf16 matmuls to oneDNN already, but fp32 ones only when reduced precision is
 allowed; this keeps full fp32 and calls oneDNN's linear primitive directly, forward and
 backward. Anywhere else (GPU, autocast, torch.compile, no oneDNN, LMLAB_ONEDNN=0) it is plain
-F.linear. tests/test_onednn_linear.py holds it equal to F.linear.
+F.linear. tests/test_onednn_linear.py holds both paths equal to F.linear.
 """
 
 from __future__ import annotations
@@ -54,12 +55,32 @@ MIN_ROWS = 256
 
 
 class Linear(nn.Linear):
-    """A drop-in nn.Linear (same parameters and names) with the oneDNN fp32 CPU path."""
+    """A drop-in nn.Linear (same parameters and names) with two CPU fast paths: oneDNN for
+    many fp32 rows, and a cached transposed weight for few rows without gradients."""
+
+    _transposed: Tensor | None = None
+    _transposed_key: tuple | None = None
 
     def forward(self, x: Tensor) -> Tensor:
-        if (x.device.type == "cpu" and x.dtype == torch.float32
-                and x.numel() >= MIN_ROWS * x.shape[-1]
-                and self.weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
-                and not torch.compiler.is_compiling() and onednn_enabled()):
+        if (x.device.type != "cpu" or torch.is_autocast_enabled("cpu")
+                or torch.compiler.is_compiling()):
+            return F.linear(x, self.weight, self.bias)
+        if x.numel() < MIN_ROWS * x.shape[-1]:
+            return self._few_rows(x) if not torch.is_grad_enabled() else F.linear(
+                x, self.weight, self.bias)
+        if x.dtype == self.weight.dtype == torch.float32 and onednn_enabled():
             return _OneDNNLinear.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+    def _few_rows(self, x: Tensor) -> Tensor:
+        """x · Wᵀ with Wᵀ stored in memory order: for a few rows (token-by-token decoding) CPU
+        BLAS multiplies by a (in, out) matrix several times faster than by the transpose of
+        the (out, in) weight. The copy is remade whenever the weight changes."""
+        key = (self.weight.data_ptr(), self.weight._version, self.weight.dtype)
+        if self._transposed_key != key:
+            self._transposed = self.weight.detach().t().contiguous()
+            self._transposed_key = key
+        if self.bias is None:
+            return x @ self._transposed
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self._transposed).view(
+            *x.shape[:-1], self._transposed.shape[1])
