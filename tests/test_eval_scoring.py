@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from lmlab.eval import scoring
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring, SpanScoring
 from lmlab.eval.scoring import score_documents
 from lmlab.eval.windows import centred_windows, left_context_windows
@@ -162,3 +163,21 @@ def test_a_hand_built_model_gives_closed_form_log_probabilities(special):
     scores = score_documents(model, NextTokenScoring(special), [doc])
     # Predicted: favoured ×3 (5 - log Z each), 51 and [EOS] (-log Z each).
     assert scores.log_likelihood[0] == pytest.approx(3 * 5.0 - 5 * log_z, abs=1e-5)
+
+
+@pytest.mark.parametrize("rule", [NextTokenScoring, MaskedScoring])
+def test_scores_do_not_depend_on_how_rows_are_batched(special, rule, monkeypatch):
+    model = tiny("bert" if rule is MaskedScoring else "gpt2", special,
+                 ("mlm",) if rule is MaskedScoring else ("lm",))
+    docs = documents(special, (30, 3, 9, 17, 6, 22))
+    whole = score_documents(model, rule(special), docs, stride=8)
+    monkeypatch.setattr(scoring, "LOGITS_PER_BATCH", 5 * special.vocab_size)  # 5 per batch
+    batches, plain = [], scoring._log_probs
+    monkeypatch.setattr(scoring, "_log_probs", lambda model, rule, chunks: batches.append(
+        (sum(len(c.targets) for c in chunks), sum(len(c.ids) for c in chunks),
+         max(c.ids.shape[1] for c in chunks))) or plain(model, rule, chunks))
+    pieces = score_documents(model, rule(special), docs, stride=8, batch_tokens=40)
+    for predictions, rows, length in batches:  # a single row may exceed a limit alone
+        assert rows == 1 or (predictions <= 5 and rows * length <= 40)
+    assert pieces.log_likelihood == pytest.approx(whole.log_likelihood, abs=1e-5)
+    assert (pieces.predictions == whole.predictions).all()

@@ -1,7 +1,9 @@
 """Running a scoring rule over many documents in padded batches: per-document scores.
 
 Documents are taken longest first, so rows of similar length share a batch; a batch holds
-about `batch_tokens` tokens of rows; each vocabulary head runs only at the positions read.
+about `batch_tokens` tokens of rows, and at most LOGITS_PER_BATCH vocabulary logits (causal
+rows read every position, so their logits, not their tokens, fill memory first). Each
+vocabulary head runs only at the positions read.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from lmlab.eval.windows import check_stride
 from lmlab.model import LanguageModel, MaskSpec
 
 DEFAULT_BATCH_TOKENS = 16384
+LOGITS_PER_BATCH = 2**25  # 128 MB of float32 logits
 
 
 @dataclass
@@ -55,14 +58,18 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
         raise ValueError(f"{rule.name} scoring needs the model's {rule.head!r} head")
     log_likelihood = np.zeros(len(documents))
     predictions = np.zeros(len(documents), dtype=np.int64)
+    max_predictions = max(1, LOGITS_PER_BATCH // model.cfg.vocab_size)
     pending: list[tuple[int, Chunk]] = []
+    pending_predictions = 0
 
     def flush() -> None:
+        nonlocal pending_predictions
         owners = np.concatenate([np.full(len(c.targets), i) for i, c in pending])
         log_probs = _log_probs(model, rule, [c for _, c in pending]).numpy()
         np.add.at(log_likelihood, owners, log_probs)
         np.add.at(predictions, owners, 1)
         pending.clear()
+        pending_predictions = 0
         bar.update(len(owners))
 
     was_training = model.training
@@ -76,10 +83,13 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
         for index in order:
             document = rule.document(torch.as_tensor(documents[index], dtype=torch.long))
             for chunk in rule.chunks(document, window, stride):
-                for part in chunk.split(max(1, batch_tokens // chunk.ids.shape[1])):
-                    if pending and _padded_size(pending, part) > batch_tokens:
+                rows = min(batch_tokens // chunk.ids.shape[1], max_predictions)
+                for part in chunk.split(max(1, rows)):
+                    if pending and (_padded_size(pending, part) > batch_tokens or
+                                    pending_predictions + len(part.targets) > max_predictions):
                         flush()
                     pending.append((index, part))
+                    pending_predictions += len(part.targets)
         if pending:
             flush()
         bar.update(bar.total - bar.n)  # special and first tokens count too, unscored
@@ -111,5 +121,6 @@ def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk]) -> 
     mask = MaskSpec(rule.attention, prefix_len, segments).to(device)
     positions = torch.arange(length, device=device).expand(len(ids), length)
     outputs = model(ids.to(device), mask, positions, predict_at={rule.head: flat.to(device)})
-    log_probs = torch.log_softmax(outputs[rule.head].float(), dim=-1)
-    return log_probs.gather(1, targets[:, None].to(device)).squeeze(1).double().cpu()
+    logits = outputs[rule.head].float()
+    target_logits = logits.gather(1, targets[:, None].to(device)).squeeze(1)
+    return (target_logits - torch.logsumexp(logits, dim=-1)).double().cpu()
