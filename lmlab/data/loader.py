@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from lmlab.data.errors import DataError
-from lmlab.data.packing import Piece, best_fit_plan, concatenate_plan, sentence_rows
+from lmlab.data.packing import Rows, best_fit_plan, concatenate_plan, sentence_rows
 
 Packing = Literal["concatenate", "best_fit", "sentences"]
 
@@ -77,11 +77,11 @@ class BlockBatches(IterableDataset):
         self.source, self.block_len, self.batch_size = source, block_len, batch_size
         self.packing, self.pad_id, self.sep_id = packing, pad_id, sep_id
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.rows: list[list[Piece]] | None = None
+        self.rows: Rows | None = None
         if packing == "concatenate":
             num_blocks = concatenate_plan(source.num_tokens, block_len)
         elif packing == "best_fit":
-            self.rows = best_fit_plan(source.document_spans(), block_len)
+            self.rows = Rows.from_lists(best_fit_plan(source.document_spans(), block_len))
             num_blocks = len(self.rows)
         elif packing == "sentences":
             sentences = source.sentence_spans()
@@ -123,7 +123,7 @@ class BlockBatches(IterableDataset):
             return self.source.read(start, start + self.block_len)
         out = np.full(self.block_len, self.pad_id, dtype=np.int64)
         cursor = 0
-        for i, (start, stop) in enumerate(self.rows[block_id]):
+        for i, (start, stop) in enumerate(self.rows[block_id].tolist()):
             if self.packing == "sentences" and i:
                 out[cursor] = self.sep_id
                 cursor += 1

@@ -13,10 +13,32 @@ document already ends with [EOS], so objectives can tell documents apart from th
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 
 import numpy as np
 
 Piece = tuple[int, int]  # a (start, stop) span of the flat token stream
+SCAN_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Blocks as runs of pieces, in two arrays rather than a Python object per piece, so a
+    plan over millions of sentences stays small: block b is pieces[starts[b]:starts[b + 1]]."""
+
+    pieces: np.ndarray  # (pieces, 2) int64 spans
+    starts: np.ndarray  # (blocks + 1,) int64
+
+    @classmethod
+    def from_lists(cls, blocks: list[list[Piece]]) -> Rows:
+        pieces = np.array([p for block in blocks for p in block], dtype=np.int64).reshape(-1, 2)
+        return cls(pieces, np.cumsum([0] + [len(block) for block in blocks], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, block: int) -> np.ndarray:
+        return self.pieces[self.starts[block]: self.starts[block + 1]]
 
 
 def concatenate_plan(num_tokens: int, block_len: int) -> int:
@@ -56,26 +78,29 @@ def best_fit_plan(spans: np.ndarray, block_len: int) -> list[list[Piece]]:
     return blocks
 
 
-def sentence_rows(sentences: np.ndarray, documents: np.ndarray,
-                  block_len: int) -> list[list[Piece]]:
+def sentence_rows(sentences: np.ndarray, documents: np.ndarray, block_len: int) -> Rows:
     """Group each document's consecutive sentences (global spans, in stream order) into rows
     whose sentences plus one [SEP] between each (and the three specials NSP adds) fit in
     `block_len`. A row never mixes documents; documents with a single sentence still give a
-    row (NSP halves it)."""
+    row (NSP halves it). An over-long sentence is truncated to the row."""
     budget = block_len - 3
-    document_of = np.searchsorted(documents[:, 1], sentences[:, 0], side="right").tolist()
-    rows: list[list[Piece]] = []
-    row: list[Piece] = []
+    pieces = np.array(sentences, dtype=np.int64).reshape(-1, 2)
+    pieces[:, 1] = np.minimum(pieces[:, 1], pieces[:, 0] + budget)
+    document_of = np.searchsorted(documents[:, 1], pieces[:, 0], side="right")
+    lengths = pieces[:, 1] - pieces[:, 0]
+    starts = [0]
     used, row_document = 0, -1
-    for (start, stop), document in zip(sentences.tolist(), document_of, strict=True):
-        stop = min(stop, start + budget)  # an over-long sentence is truncated
-        cost = stop - start + (1 if row else 0)
-        if row and (document != row_document or used + cost > budget):
-            rows.append(row)
-            row, used, cost = [], 0, stop - start
-        row.append((start, stop))
-        used += cost
-        row_document = document
-    if row:
-        rows.append(row)
-    return rows
+    for first in range(0, len(pieces), SCAN_CHUNK):  # Python ints a chunk at a time
+        window = slice(first, first + SCAN_CHUNK)
+        for index, (length, document) in enumerate(
+                zip(lengths[window].tolist(), document_of[window].tolist(), strict=True),
+                start=first):
+            cost = length + (1 if used else 0)  # a [SEP] before every sentence but the first
+            if index and (document != row_document or used + cost > budget):
+                starts.append(index)
+                used, cost = 0, length
+            used += cost
+            row_document = document
+    if len(pieces):
+        starts.append(len(pieces))
+    return Rows(pieces, np.array(starts, dtype=np.int64))
