@@ -101,6 +101,7 @@ class BlockBatches(IterableDataset):
                             f"too few for one batch of {batch_size} on each of {world_size} "
                             "ranks")
         self.next_index = 0
+        self._order: tuple[int, np.ndarray | None] = (-1, None)
 
     def state_dict(self, last: Batch | None = None) -> dict:
         """Where to resume: after `last` (the latest batch consumed), else where it stands."""
@@ -114,8 +115,12 @@ class BlockBatches(IterableDataset):
         self.next_index = int(state["next_index"])
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """All block ids in `epoch`'s order (a permutation seeded by (seed, epoch))."""
-        return np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
+        """All block ids in `epoch`'s order (a permutation seeded by (seed, epoch)), drawn
+        once per epoch rather than once per batch."""
+        if self._order[0] != epoch:
+            self._order = epoch, np.random.default_rng([self.seed, epoch]).permutation(
+                self.num_blocks)
+        return self._order[1]
 
     def block(self, block_id: int) -> np.ndarray:
         if self.rows is None:
