@@ -229,6 +229,11 @@ def main() -> None:
             "raw_encode_batch_mb_per_s": speed["raw_encode"],
             "prepare_given_tokenizer_mb_per_s": speed["prepare"],
             "ratio": speed["prepare"] / speed["raw_encode"],
+            # Each repeat runs the two back to back: their ratio is least affected by other
+            # work on the machine drifting in and out.
+            "ratio_of_adjacent_runs_median": statistics.median(
+                raw["seconds"] / prepared["seconds"]
+                for raw, prepared in zip(runs["raw_encode"], runs["prepare"], strict=True)),
             # On a busy machine wall time depends on how the scheduler shares the cores; CPU
             # time is the work done. Raw CPU over prepare CPU is the ratio a machine whose
             # cores both keep busy would show.
