@@ -47,13 +47,18 @@ def check_before_data(config: TrainConfig) -> None:
 
 
 def pretrain_command(args: argparse.Namespace) -> int:
+    import torch
+
     from lmlab.data.dataset import open_or_prepare
+    from lmlab.train.allocator import keep_freed_memory
 
     overrides = {f.name: parse_value(f.name, getattr(args, f.name))
                  for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     config = resolve_config(args.config, overrides)
     check_before_data(config)
     dataset = open_or_prepare(config.data)
+    if not torch.cuda.is_available():
+        keep_freed_memory()  # process-wide, so here, not in the library's pretrain()
     out = pretrain(config, dataset)
     print(f"run saved in {out}")
     return 0

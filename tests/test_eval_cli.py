@@ -97,6 +97,9 @@ def test_python_api_matches_and_score_names_the_rule(runs, text_files):
     assert (scores.log_likelihood < 0).all()
     ids = pretrained.tokenizer.encode("The cat sees the dog.").ids
     assert pretrained.score([ids]).log_likelihood[0] == scores.log_likelihood[0]
+    # one text or one id list alone is one document, not a sequence of characters or ids
+    assert pretrained.score("The cat sees the dog.").log_likelihood == scores.log_likelihood[:1]
+    assert pretrained.score(ids).log_likelihood == scores.log_likelihood[:1]
     first = result["minimal_pairs"][0]["groups"]["field"]["morphology"]
     assert first["correct"] == int(scores.log_likelihood[0] > scores.log_likelihood[1])
     span = load(runs["mix:prefix=1,span=1"]).score(["The cat sees the dog."], rule="span")

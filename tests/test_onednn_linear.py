@@ -12,13 +12,15 @@ needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch bui
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_few_rows_without_gradients_equal_plain_linear_and_follow_weight_changes(bias):
+def test_few_rows_in_inference_mode_equal_plain_linear_and_follow_weight_changes(bias):
     torch.manual_seed(0)
     layer = Linear(24, 40, bias=bias)
     x = torch.randn(3, 2, 24)
-    with torch.no_grad():
+    with torch.inference_mode():
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+    with torch.no_grad():
         layer.weight.mul_(2)  # an optimizer step or a loaded checkpoint
+    with torch.inference_mode():
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
     assert layer._transposed is not None  # the cached path was the one taken
 

@@ -16,7 +16,7 @@ from lmlab.eval.perplexity import text_metrics
 from lmlab.eval.rules import ScoringRule, rules_for
 from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, DocumentScores, score_documents
 from lmlab.eval.texts import EvalText, dataset_text, file_text
-from lmlab.infer.inputs import Text, encode
+from lmlab.infer.inputs import Text, as_batch, encode
 from lmlab.infer.pretrained import Pretrained, load
 
 
@@ -39,7 +39,8 @@ def score_texts(pretrained: Pretrained, texts: Sequence[Text], rule: str | None 
     summed log-probabilities for causal and prefix models, pseudo-log-likelihood for masked
     and span models. Texts are strings or, for runs without a tokenizer, token-id lists. The
     result names the rule and counts the tokens scored per text."""
-    documents = [np.asarray(encode(pretrained, text), dtype=np.int64) for text in texts]
+    items, _ = as_batch(texts)  # one text (a string or an id list) or several
+    documents = [np.asarray(encode(pretrained, text), dtype=np.int64) for text in items]
     return score_documents(pretrained.model, scoring_rule(pretrained, rule), documents, stride,
                            batch_tokens, progress)
 

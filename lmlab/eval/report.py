@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmlab.train.run_dir import write_text_atomic
+from lmlab.atomic import write_text_atomic
 
 
 def write_json(result: dict, path: str | Path) -> None:

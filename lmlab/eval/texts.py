@@ -77,8 +77,10 @@ def _check_same_tokenizer(pretrained: Pretrained, tokenizer: Tokenizer, special,
                         "for this run")
 
 
-def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
-    return [np.asarray(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(list(texts))]
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]:
+    """As prepare encoded the training text: no post-processor's [CLS] ... [SEP]."""
+    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
 
 def file_text(sources: Sequence[str], pretrained: Pretrained, text_field: str = "text",
@@ -91,9 +93,9 @@ def file_text(sources: Sequence[str], pretrained: Pretrained, text_field: str = 
             if text.strip():
                 batch.append(text)
             if len(batch) == ENCODE_BATCH:
-                yield from zip(encode(tokenizer, batch), batch, strict=True)
+                yield from zip(encode_texts(tokenizer, batch), batch, strict=True)
                 batch = []
-        yield from zip(encode(tokenizer, batch), batch, strict=True)
+        yield from zip(encode_texts(tokenizer, batch), batch, strict=True)
 
     chosen = list(_take(encoded(), max_tokens, size=lambda pair: len(pair[0])))
     return EvalText(" ".join(map(str, sources)), [ids for ids, _ in chosen],

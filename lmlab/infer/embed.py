@@ -9,8 +9,6 @@ padding is masked out of attention, so a text's embedding does not depend on its
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from lmlab.atomic import atomic_write
 from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document, reads_causally
 from lmlab.model import MaskSpec
 
@@ -76,13 +75,5 @@ def _embed_batch(pretrained: Pretrained, documents: list[tuple[list[int], slice]
 
 def save_npy(array: np.ndarray, path: str | Path) -> None:
     """Write `array` to `path` atomically: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".npy",
-                                     delete=False) as f:
-        temporary = Path(f.name)
-        try:
-            np.save(f, array)
-        except BaseException:
-            temporary.unlink()
-            raise
-    os.replace(temporary, path)
+    with atomic_write(path, "wb") as f:
+        np.save(f, array)

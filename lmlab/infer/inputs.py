@@ -50,7 +50,8 @@ def absorb_space_before(text: str, marker: str) -> str:
 def encode(pretrained: Pretrained, item: Text) -> list[int]:
     """Token ids of one text; ids given directly are checked against the vocabulary."""
     if isinstance(item, str):
-        return pretrained.require_tokenizer().encode(item).ids
+        # As prepare encoded the training text: no post-processor's [CLS] ... [SEP].
+        return pretrained.require_tokenizer().encode(item, add_special_tokens=False).ids
     ids = item.tolist() if isinstance(item, Tensor) else [int(i) for i in item]
     vocab_size = pretrained.special.vocab_size
     outside = [i for i in ids if not 0 <= i < vocab_size]

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
-from lmlab.data.tokenizer import special_tokens_of
+from lmlab.data.tokenizer import load_tokenizer, special_tokens_of
 from lmlab.infer.embed import embed
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate, stream
@@ -141,6 +141,16 @@ def _best_name(run: Path) -> str:
     return state.get("loop", {}).get("best_checkpoint", "")
 
 
+def _usable_device(device: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise RunLoadError(f"unknown device {str(device)!r}; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunLoadError("--device cuda was asked for, but this machine has no usable GPU")
+    return device
+
+
 def load(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu",
          special: SpecialTokens | None = None) -> Pretrained:
     """Load a run directory written by `lmlab pretrain`.
@@ -162,13 +172,15 @@ def load(run: str | Path, checkpoint: str = "best", device: str | torch.device =
         objective = config["train"]["objective"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise RunLoadError(f"{config_path}: unreadable run configuration ({error})") from None
+    device = _usable_device(device)
     tokenizer_path = run / "tokenizer.json"
-    tokenizer = Tokenizer.from_file(str(tokenizer_path)) if tokenizer_path.is_file() else None
-    if tokenizer is not None:
+    tokenizer = None
+    if tokenizer_path.is_file():
         try:
-            special = special_tokens_of(tokenizer, str(tokenizer_path))
+            tokenizer = load_tokenizer(tokenizer_path)
         except DataError as error:
             raise RunLoadError(str(error)) from None
+        special = special_tokens_of(tokenizer, str(tokenizer_path))
     elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
     chosen = _pick_checkpoint(run, checkpoint)

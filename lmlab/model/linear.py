@@ -56,7 +56,7 @@ MIN_ROWS = 256
 
 class Linear(nn.Linear):
     """A drop-in nn.Linear (same parameters and names) with two CPU fast paths: oneDNN for
-    many fp32 rows, and a cached transposed weight for few rows without gradients."""
+    many fp32 rows, and a cached transposed weight for few rows in inference mode."""
 
     _transposed: Tensor | None = None
     _transposed_key: tuple | None = None
@@ -66,7 +66,8 @@ class Linear(nn.Linear):
                 or torch.compiler.is_compiling()):
             return F.linear(x, self.weight, self.bias)
         if x.numel() < MIN_ROWS * x.shape[-1]:
-            return self._few_rows(x) if not torch.is_grad_enabled() else F.linear(
+            # Only in inference mode: weights are fixed there, so the copy stays valid.
+            return self._few_rows(x) if torch.is_inference_mode_enabled() else F.linear(
                 x, self.weight, self.bias)
         if x.dtype == self.weight.dtype == torch.float32 and onednn_enabled():
             return _OneDNNLinear.apply(x, self.weight, self.bias)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from lmlab.atomic import atomic_write
 
 
 def plot_training_curves(metrics: list[dict], out_path: Path) -> None:
@@ -31,7 +31,6 @@ def plot_training_curves(metrics: list[dict], out_path: Path) -> None:
     lr_axis.set_xlabel("step")
     figure.tight_layout()
     out_path = Path(out_path)
-    with tempfile.NamedTemporaryFile(dir=out_path.parent, suffix=".png", delete=False) as f:
+    with atomic_write(out_path, "wb") as f:
         figure.savefig(f, format="png", dpi=100)
     plt.close(figure)
-    os.replace(f.name, out_path)

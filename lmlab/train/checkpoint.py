@@ -127,6 +127,9 @@ def load_checkpoint(path: Path, model: nn.Module) -> dict:
 def load_optimizer_shard(path: Path, env: Env) -> dict:
     """This rank's optimizer state from an FSDP2 checkpoint written by as many ranks."""
     shards = sorted(path.glob("optimizer-rank-*.pt"))
+    if not shards:
+        raise CheckpointError(f"checkpoint {path} was written without FSDP; resume it without "
+                              "--distributed fsdp")
     if len(shards) != env.world_size:
         raise CheckpointError(f"checkpoint {path} holds optimizer state for {len(shards)} "
                               f"FSDP ranks; resume it with --nproc-per-node {len(shards)}")

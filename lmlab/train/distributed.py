@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -74,7 +73,6 @@ def is_sharded(model: nn.Module) -> bool:
 def gradient_sync(model: nn.Module, enabled: bool):
     """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on all but the last
     micro-batch of a step."""
-    model = getattr(model, "_orig_mod", model)  # under torch.compile
     if isinstance(model, nn.parallel.DistributedDataParallel) and not enabled:
         with model.no_sync():
             yield
@@ -88,6 +86,9 @@ def full_weights(model: nn.Module) -> dict[str, Tensor]:
     """Every weight once (a tied one under its first name), whole and on the CPU. Under FSDP2
     all ranks must call this; rank 0 gets the weights, the others an empty dict."""
     if is_sharded(model):
+        # torch.distributed.checkpoint is slow to import, and only FSDP2 runs need it.
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(model, options=options)
     else:
@@ -142,10 +143,10 @@ def all_reduce_sum(values: dict[str, Tensor], env: Env) -> dict[str, Tensor]:
     return {n: stacked[i] for i, n in enumerate(names)}
 
 
-def any_rank(flag: bool, env: Env) -> bool:
-    """True if `flag` is true on any rank (so all ranks take the same branch)."""
+def any_rank(flags: tuple[bool, ...], env: Env) -> tuple[bool, ...]:
+    """Each flag true if it is true on any rank (so all ranks take the same branch)."""
     if not env.distributed:
-        return flag
-    value = torch.tensor([float(flag)], device=env.device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+        return flags
+    values = torch.tensor([float(flag) for flag in flags], device=env.device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return tuple(bool(v) for v in values.tolist())

@@ -19,7 +19,6 @@ from lmlab.objectives.base import LossSum, Objective
 from lmlab.objectives.registry import ObjectiveOptions, build_objective
 from lmlab.presets import preset
 from lmlab.train import distributed
-from lmlab.train.allocator import keep_freed_memory
 from lmlab.train.budget import DEFAULT_MINUTES, step_budget, steps_in_minutes
 from lmlab.train.checkpoint import (
     checkpoint_name,
@@ -136,8 +135,6 @@ def train_step(model, compute_loss, objective: Objective, micro_batches, env, cf
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     env = distributed.setup()
-    if env.device.type == "cpu":
-        keep_freed_memory()
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model_cfg = model_config(cfg, dataset)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
@@ -166,8 +163,11 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         if sharded:
             distributed.load_local_optimizer_state(optimizer,
                                                    load_optimizer_shard(resume_from, env))
-        else:
+        elif "optimizer" in saved:
             optimizer.load_state_dict(saved["optimizer"])
+        else:
+            raise TrainingError(f"{resume_from} was written by an FSDP run; resume it with "
+                                "--distributed fsdp under torchrun with as many processes")
         state = LoopState(**saved["loop"])
     packing = _packing(cfg)
     batches = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing,
@@ -222,7 +222,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             state.step += 1
             state.tokens += tokens_per_step
             state.data = batches.state_dict(last_batch)
-            if distributed.any_rank(not (math.isfinite(loss) and math.isfinite(grad_norm)), env):
+            # One collective for both, so every rank takes the same branch and stops together.
+            nonfinite, stopping = distributed.any_rank(
+                (not (math.isfinite(loss) and math.isfinite(grad_norm)), stop.requested), env)
+            if nonfinite:
                 optimizer.zero_grad(set_to_none=True)
                 state.nonfinite_steps += 1
                 state.nonfinite_streak += 1
@@ -232,6 +235,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                         f"the loss was not finite for {state.nonfinite_streak} steps in a row "
                         f"(up to step {state.step}); stopping. The last good checkpoint is "
                         f"{_latest(out)}; try a lower --lr or --precision fp32")
+                if stopping:
+                    _save(out, model, optimizer, state, cfg, env)
                 continue
             state.nonfinite_streak = 0
             if scaler:
@@ -261,7 +266,6 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                 if improved:
                     state.best_eval = headline_loss(metrics)
                     state.best_checkpoint = checkpoint_name(state.step)
-            stopping = distributed.any_rank(stop.requested, env)  # every rank stops together
             if improved or finished or stopping or state.step % cfg.checkpoint_every == 0:
                 _save(out, model, optimizer, state, cfg, env)
     finally:

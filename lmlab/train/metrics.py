@@ -4,11 +4,11 @@ progress bar with rate and ETA, and the curves plot at the end."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
+
+from lmlab.atomic import atomic_write
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -48,9 +48,8 @@ class MetricsLog:
         if not self.enable or not self.path.is_file():
             return
         kept = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= step]
-        with tempfile.NamedTemporaryFile("w", dir=self.run_dir, delete=False) as f:
+        with atomic_write(self.path) as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
-        os.replace(f.name, self.path)
 
     def log(self, kind: str, step: int, **scalars: float) -> None:
         if not self.enable:

@@ -10,11 +10,10 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from lmlab.atomic import write_text_atomic
 from lmlab.train.checkpoint import list_checkpoints
 
 CONFIG = "config.json"
@@ -22,14 +21,6 @@ CONFIG = "config.json"
 
 class RunDirError(ValueError):
     """A run directory that cannot be used as asked, stated in one line."""
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
-                                     delete=False) as f:
-        f.write(text)
-        temporary = Path(f.name)
-    os.replace(temporary, path)
 
 
 def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> Path | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from lmlab.atomic import write_text_atomic
 from lmlab.config import ModelConfig
 
 # Dense peak FLOP/s per GPU by name, (bf16/fp16 tensor core, fp32): vendor datasheets.
@@ -75,9 +76,7 @@ def cpu_peak_flops(dtype: torch.dtype) -> float:
     if key not in cache:
         cache[key] = probe_matmul_flops(dtype, torch.device("cpu"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(cache, indent=2))
-        os.replace(temporary, path)
+        write_text_atomic(path, json.dumps(cache, indent=2))
     return cache[key]
 
 
