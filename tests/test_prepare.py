@@ -68,6 +68,7 @@ def test_every_step_is_counted_in_meta_json(tmp_path):
     assert meta["stats"]["top_tokens"][0]["count"] >= meta["stats"]["top_tokens"][1]["count"]
     report = (out / "stats.txt").read_text()
     assert "near_dedup" in report and "not json" in report and "most frequent" in report
+    assert "quality" in report and "(off)" in report  # Gopher's rules are off by default
 
 
 def test_prepared_documents_decode_to_the_cleaned_text_in_their_split(tmp_path):

@@ -55,9 +55,13 @@ def format_report(meta: dict) -> str:
              f" ({reading['invalid_utf8_documents']:,} with invalid UTF-8, replaced)"]
     for reason, count in sorted(reading["skipped"].items()):
         lines.append(f"skipped  {count:,} records: {reason.replace('_', ' ')}")
+    recipe = meta["recipe"]
+    off = {"exact_dedup": not recipe["exact_dedup"], "quality": not recipe["quality_filter"],
+           "near_dedup": recipe["near_dedup_threshold"] is None}
     lines += ["", "step          documents in → out"]
     for row in cleaning["steps"]:
-        lines.append(f"{row['step']:<13} {row['in']:>12,} → {row['out']:,}")
+        lines.append(f"{row['step']:<13} {row['in']:>12,} → {row['out']:,}"
+                     + ("  (off)" if off.get(row["step"]) else ""))
     for name, count in sorted(cleaning["quality_rejected"].items()):
         lines.append(f"  quality: {name:<26} {count:,}")
     lines.append(f"(normalisation changed {cleaning['normalised_changed']:,}, control characters "
