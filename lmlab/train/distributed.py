@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -47,8 +48,17 @@ def setup() -> Env:
 
 
 def teardown() -> None:
+    """Leave the process group once every rank is done.
+
+    Gloo's worker threads take the GIL to release the tensors of finished collectives; if the
+    group is destroyed (by destroy_process_group, or later by freeing the DDP or FSDP objects
+    that hold it) while one still waits for the GIL, joining that thread deadlocks. A barrier
+    and a short sleep, which releases the GIL, let them finish first."""
     if dist.is_initialized():
+        dist.barrier()
+        time.sleep(0.2)
         dist.destroy_process_group()
+        time.sleep(0.2)
 
 
 def wrap(model: nn.Module, env: Env, strategy: str = "ddp") -> nn.Module:
