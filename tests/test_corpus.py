@@ -11,7 +11,6 @@ import zstandard
 
 from lmlab.data import corpus
 from lmlab.data.corpus import (
-    MixedSource,
     ReadOptions,
     ReadStats,
     SourceSpec,
@@ -263,4 +262,5 @@ def test_resampling_keeps_the_expected_count():
 def test_weights_for_some_sources_only_are_refused():
     one_line_error("give every source a weight, or none",
                    lambda: plan_mix({"a": 1, "b": 1}, {"a": 0.5}))
-    assert isinstance(plan_mix({"a": 1}, None)[0], MixedSource)
+    (unweighted,) = plan_mix({"a": 4}, None)
+    assert (unweighted.multiplier, unweighted.share) == (1.0, 1.0)

@@ -74,6 +74,7 @@ def test_infilling_prefills_the_prompt_and_eos_then_decodes_after_the_first_sent
     layout = [*prompt, RANDOM_SPECIAL.eos, sentinels[0]]
     expected = greedy_by_full_forwards(pretrained.model, layout, 10, prefix_len=len(prompt) + 1)
     generated = made.ids[1:]
+    assert len(generated) >= 2 or made.finish_reason == "eos"
     assert generated == expected[: len(generated)]
     if made.finish_reason == "eos":  # the model opened a third gap: generation ends there
         assert expected[len(generated)] in sentinels[2:]

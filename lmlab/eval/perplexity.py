@@ -1,8 +1,8 @@
 """Perplexity, pseudo-perplexity and bits per byte of a text under each scoring rule.
 
 Perplexity is exp(total nats / tokens scored) and depends on the tokenizer; bits per byte,
-total nats / ln 2 / UTF-8 bytes of the text scored, does not, so it compares models with
-different vocabularies. For pseudo-log-likelihood rules the same formulas give
+total nats / ln 2 / UTF-8 bytes of the whole text (given tokens included), does not, so it
+compares models with different vocabularies. For pseudo-log-likelihood rules the same formulas give
 pseudo-perplexity (Salazar et al. 2020) and pseudo bits per byte.
 """
 

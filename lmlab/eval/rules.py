@@ -6,7 +6,8 @@ in every window, as they do for a piece of a document cut from a training block.
     causal  (clm) log p(token | the tokens before it), read at the position before it. A
             document's first token is given, not scored: training isolates documents and
             never predicts their first token. The closing [EOS] is scored instead, so a
-            document of n tokens gets n predictions.
+            document of n tokens read in one window gets n predictions (with windows that
+            do not overlap, each window's first token is given too).
     prefix  (prefix LM) as causal, but a window's context that earlier windows already
             scored is its bidirectional prefix, as in training; the first window's prefix is
             the document's first token.
