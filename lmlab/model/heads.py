@@ -1,7 +1,11 @@
 """Output heads. A vocabulary head can run only at chosen positions (`at`, flat indices into
-B·T): for MLM that skips the ~85% of rows of the costliest matmul that carry no target."""
+B·T): for MLM that skips the ~85% of rows of the costliest matmul that carry no target. It can
+also stop short of its decoder and return `Unprojected` features, which a loss projects and
+scores in one fused step (lmlab/model/linear_cross_entropy.py)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -9,6 +13,7 @@ from torch import Tensor, nn
 from lmlab.config import ModelConfig
 from lmlab.model.layers import make_norm
 from lmlab.model.linear import Linear
+from lmlab.model.linear_cross_entropy import linear_cross_entropy
 
 
 def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
@@ -16,7 +21,39 @@ def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
     return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
-class LMHead(nn.Module):
+@dataclass
+class Unprojected:
+    """A vocabulary head's output short of its decoder: (N, d) features and the decoder."""
+
+    features: Tensor
+    decoder: nn.Linear
+
+    def logits(self) -> Tensor:
+        return self.decoder(self.features)
+
+    def cross_entropy(self, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """(summed loss, per-row losses) against `targets` (N,); see linear_cross_entropy."""
+        return linear_cross_entropy(self.features, self.decoder.weight, self.decoder.bias,
+                                    targets)
+
+
+class VocabularyHead(nn.Module):
+    """Features at the requested positions → a (tied) decoder to vocabulary logits."""
+
+    decoder: Linear
+
+    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None,
+                unprojected: bool = False) -> Tensor | Unprojected:
+        features = self.features(hidden, at)
+        if unprojected:
+            return Unprojected(features.reshape(-1, features.shape[-1]), self.decoder)
+        return self.decoder(features)
+
+
+class LMHead(VocabularyHead):
     """Hidden state → vocabulary logits (GPT-2 / LLaMA style, no bias)."""
 
     def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
@@ -25,11 +62,11 @@ class LMHead(nn.Module):
         if cfg.tie_embeddings:
             self.decoder.weight = embedding.weight
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        return self.decoder(gather_rows(hidden, at))
+    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
+        return gather_rows(hidden, at)
 
 
-class MLMHead(nn.Module):
+class MLMHead(VocabularyHead):
     """BERT's prediction head: dense → GELU → norm → (tied) decoder with an output bias."""
 
     def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
@@ -40,9 +77,8 @@ class MLMHead(nn.Module):
         if cfg.tie_embeddings:
             self.decoder.weight = embedding.weight
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        h = self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
-        return self.decoder(h)
+    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
+        return self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
 
 
 class NSPHead(nn.Module):

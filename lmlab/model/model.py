@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache
-from lmlab.model.heads import HEADS
+from lmlab.model.heads import HEADS, VocabularyHead
 from lmlab.model.masks import MaskSpec
 from lmlab.model.transformer import Transformer
 
@@ -40,12 +40,13 @@ class LanguageModel(nn.Module):
     def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
                 token_type_ids: Tensor | None = None,
                 predict_at: Mapping[str, Tensor | None] | None = None,
-                cache: KVCache | None = None) -> dict[str, Tensor]:
+                cache: KVCache | None = None, unprojected: bool = False) -> dict:
         """Run the backbone, then each requested head.
 
         `predict_at` maps a head name to flat positions (indices into B·T; rows for `nsp`) or
         None for every position; by default every head runs everywhere. Returns the hidden
-        states under "hidden" and each head's logits under its name.
+        states under "hidden" and each head's logits under its name; with `unprojected`,
+        vocabulary heads return `Unprojected` features for a fused loss instead of logits.
         """
         hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache)
         requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)
@@ -53,7 +54,10 @@ class LanguageModel(nn.Module):
         for name, at in requests.items():
             if name not in self.heads:
                 raise ValueError(f"this model has no {name!r} head (it has {list(self.heads)})")
-            outputs[name] = self.heads[name](hidden, at)
+            head = self.heads[name]
+            outputs[name] = (head(hidden, at, unprojected=True)
+                             if unprojected and isinstance(head, VocabularyHead)
+                             else head(hidden, at))
         return outputs
 
     def num_parameters(self, include_embeddings: bool = True) -> int:

@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmlab.model.heads import ROW_HEADS
+from lmlab.model.heads import ROW_HEADS, Unprojected
+from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
-
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
@@ -138,13 +137,23 @@ class LossSum:
         return total
 
 
-def token_loss_sum(logits: Tensor, targets: Tensor, at: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy of `logits` against `targets` (B, T) at flat positions `at`."""
+def cross_entropy(output: Tensor | Unprojected, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """(summed loss, per-row losses) of a vocabulary head's output against flat `targets`,
+    IGNORE_INDEX rows counting 0. Only the sum is sure to carry a gradient: an Unprojected
+    output is scored by the fused projection + cross-entropy."""
+    if isinstance(output, Unprojected):
+        return output.cross_entropy(targets)
+    logits = output.reshape(-1, output.shape[-1]).float()
+    losses = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
+    return losses.sum(), losses
+
+
+def token_loss_sum(output: Tensor | Unprojected, targets: Tensor,
+                   at: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Summed cross-entropy of a head's output against `targets` (B, T) at flat positions
+    `at`, and the number of targets."""
     flat_targets = targets.reshape(-1) if at is None else targets.reshape(-1)[at]
-    flat_logits = logits.reshape(-1, logits.shape[-1])
-    loss = F.cross_entropy(flat_logits.float(), flat_targets, ignore_index=IGNORE_INDEX,
-                           reduction="sum")
-    return loss, (flat_targets != IGNORE_INDEX).sum()
+    return cross_entropy(output, flat_targets)[0], (flat_targets != IGNORE_INDEX).sum()
 
 
 class Objective:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lmlab.model.heads import ROW_HEADS
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective
+from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, cross_entropy
 
 
 def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:
@@ -107,15 +106,14 @@ class Mixture(Objective):
         for head in self.heads:
             at = batch.predict_at[head]
             targets = batch.targets.reshape(-1)[at]
-            losses = F.cross_entropy(outputs[head].float(), targets,
-                                     ignore_index=IGNORE_INDEX, reduction="none")
+            loss_sum, losses = cross_entropy(outputs[head], targets)
             valid = targets != IGNORE_INDEX
             owner = torch.searchsorted(row_ends, at // length, right=True)
             for index, name in enumerate(self.part_names):
                 mine = owner == index
                 details[name][0] = details[name][0] + losses[mine].sum()
                 details[name][1] = details[name][1] + (valid & mine).sum()
-            pooled = [pooled[0] + losses.sum(), pooled[1] + valid.sum()]
+            pooled = [pooled[0] + loss_sum, pooled[1] + valid.sum()]
         return LossSum({self.name: tuple(pooled)},
                        details={name: tuple(v) for name, v in details.items()})
 

@@ -96,12 +96,15 @@ class StopRequest:
 
 
 def forward_loss(model, objective: Objective, compile_model: bool):
-    """batch → LossSum. Compiled, the loss is inside the graph with the model, so the
-    log-softmax over the vocabulary fuses with the projection around it (compiling the model
-    alone leaves the costliest elementwise work eager)."""
+    """batch → LossSum. Eager, vocabulary heads hand their features to the fused, chunked
+    projection + cross-entropy, so full logits are never materialised. Compiled, the loss is
+    inside the graph with the model, so the log-softmax over the vocabulary fuses with the
+    projection around it (compiling the model alone leaves the costliest elementwise work
+    eager)."""
 
     def run(batch) -> LossSum:
-        return objective.loss(model(**batch.model_inputs()), batch)
+        outputs = model(**batch.model_inputs(), unprojected=not compile_model)
+        return objective.loss(outputs, batch)
 
     return torch.compile(run) if compile_model else run
 
