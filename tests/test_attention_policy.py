@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lmlab.model import LanguageModel, MaskSpec
+from lmlab.model.attention import _explicit_attention
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
 from lmlab.presets import preset
 from tests.conftest import seeded
@@ -125,3 +127,24 @@ def test_no_query_row_is_ever_fully_masked():
         assert allowed.any(-1).all()
         for query_len in (1, 3):  # cached decoding: the newest queries
             assert MaskSpec(kind, prefix, segments).allowed(query_len, 6).any(-1).all()
+
+
+@pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk
+@pytest.mark.parametrize("kind", ["causal", "prefix", "bidirectional"])
+def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
+    torch.manual_seed(0)
+    q = torch.randn(3, 2, query_len, 8)
+    k, v = torch.randn(2, 3, 2, 16, 8)
+    segments = torch.tensor([[1] * 16, [1] * 9 + [2] * 7, [1] * 12 + [0] * 4])
+    prefix = torch.tensor([4, 10, 1]) if kind == "prefix" else None
+    spec = MaskSpec(kind, prefix, segments if query_len > 1 else None)
+    mask, causal = spec.sdpa_arguments(query_len, 16)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    half = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    got = _explicit_attention(*half, mask, causal, 0.0)
+    torch.testing.assert_close(got.float(), expected, atol=3e-2, rtol=3e-2)
+    got.float().sum().backward()
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*full, attn_mask=mask, is_causal=causal).sum().backward()
+    for mine, reference in zip(half, full, strict=True):
+        torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)

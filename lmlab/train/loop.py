@@ -103,7 +103,7 @@ def forward_loss(model, objective: Objective, compile_model: bool):
     eager)."""
 
     def run(batch) -> LossSum:
-        outputs = model(**batch.model_inputs(), unprojected=not compile_model)
+        outputs = model(**batch.model_inputs(), unprojected=True)
         return objective.loss(outputs, batch)
 
     return torch.compile(run) if compile_model else run
