@@ -98,8 +98,9 @@ class StopRequest:
 def forward_loss(model, objective: Objective, compile_model: bool):
     """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
     projection + cross-entropy (lmlab/model/linear_cross_entropy.py), so full logits are never
-    materialised; compiled, the model is one graph and that loss stays eager (it beat
-    inductor's own fusion of projection and log-softmax, measured)."""
+    materialised. Compiled, the model is one graph and that loss stays eager: as fast as
+    inductor's own fusion of projection and log-softmax (measured, bf16 on 2 cores), and it
+    never holds the logits."""
 
     def run(batch) -> LossSum:
         outputs = model(**batch.model_inputs(), unprojected=True)
