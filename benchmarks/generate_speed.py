@@ -18,11 +18,12 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+from lmlab.atomic import write_text_atomic
 
 VOCAB, PROMPT_LEN, NEW_TOKENS, CONTEXT = 8192, 16, 128, 256
 
@@ -81,13 +82,6 @@ def measure(ours, theirs, batch_size: int, repeats: int) -> dict:
             "lmlab_seconds": seconds["lmlab"], "hf_seconds": seconds["hf"]}
 
 
-def write_json(data, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".json", delete=False) as f:
-        json.dump(data, f, indent=2)
-    os.replace(f.name, path)
-
-
 def main() -> None:
     import transformers
 
@@ -108,10 +102,12 @@ def main() -> None:
         print(f"batch {batch_size}: lmlab {row['lmlab_tokens_per_second']:6.0f} tok/s  "
               f"hf {row['hf_tokens_per_second']:6.0f} tok/s  ratio {row['ratio']:.2f}  "
               f"identical greedy tokens: {row['identical_greedy_tokens']}", flush=True)
-    write_json({"preset": args.preset, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS,
-                "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
-                "transformers": transformers.__version__, "machine": platform.machine(),
-                "load_average": os.getloadavg(), "rows": rows}, args.out)
+    summary = {"preset": args.preset, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS,
+               "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
+               "transformers": transformers.__version__, "machine": platform.machine(),
+               "load_average": os.getloadavg(), "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out, json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
