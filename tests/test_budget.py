@@ -1,6 +1,12 @@
 import pytest
 
+from lmlab.model import LanguageModel
+from lmlab.objectives import SpecialTokens
+from lmlab.objectives.registry import build_objective
+from lmlab.presets import preset
+from lmlab.train import loop
 from lmlab.train.budget import parse_count, step_budget, steps_in_minutes
+from lmlab.train.config import TrainConfig
 
 
 def test_counts_and_budgets():
@@ -16,3 +22,20 @@ def test_counts_and_budgets():
 def test_unreadable_count():
     with pytest.raises(ValueError, match="cannot read 'lots' as a token count"):
         parse_count("lots")
+
+
+@pytest.mark.parametrize("objective", ["mlm", "clm", "mlm+nsp", "mix:clm=1,mlm=15", "span"])
+def test_a_minutes_budget_times_the_step_training_runs(objective, monkeypatch):
+    """The timing step is the objective's own batch and fused loss (a sparse MLM head is
+    timed as sparse), and leaves no gradient behind."""
+    special = SpecialTokens.layout(300, n_sentinels=20)
+    built = build_objective(objective, special)
+    model = LanguageModel(preset("bert-tiny", 300, 32), heads=built.heads)
+    cfg = TrainConfig(objective=objective, seq_len=32, minutes=1.0)
+    losses = []
+    original = built.loss
+    monkeypatch.setattr(built, "loss", lambda *a: losses.append(1) or original(*a))
+    steps = loop._total_steps(cfg, model, built, special, tokens_per_step=64)
+    assert losses == [1, 1]  # timed twice, through the objective's loss
+    assert steps >= 1
+    assert all(p.grad is None for p in model.parameters())

@@ -35,6 +35,19 @@ def test_a_tiny_mlm_ranks_the_forced_token_first(cycle_mlm):
             (c.probability for c in candidates), reverse=True)
 
 
+def test_a_tiny_masked_next_token_model_fills_from_the_position_before(tmp_path):
+    out = train_cycle_run(tmp_path / "run", "mntp", steps=300, mlm_rate=0.3)
+    mntp = load(out, special=SPECIAL)
+    assert mntp.fill_mask_head == ("lm", 1)
+    texts = [cycle(start, 12) for start in range(0, 20, 4)]
+    positions = [2, 5, 11, 7, 9]
+    results = mntp.fill_mask([masked(t, at) for t, at in zip(texts, positions, strict=True)])
+    for text, at, (candidates,) in zip(texts, positions, results, strict=True):
+        assert candidates[0].id == text[at]
+    with pytest.raises(ValueError, match="starts with \\[MASK\\]"):
+        mntp.fill_mask(masked(cycle(0, 6), 0))
+
+
 def test_several_masks_in_one_text_are_each_filled(cycle_mlm):
     text = cycle(4, 14)
     masks = cycle_mlm.fill_mask(masked(text, 3, 8, 12), top_k=2)

@@ -57,7 +57,7 @@ def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int =
     if not pretrained.can_fill_mask:
         raise ValueError(f"{pretrained.run}: the model has no masked-LM head (trained with "
                          f"{pretrained.objective}); fill-mask needs a model trained with mlm, "
-                         "mlm+nsp or a mix including mlm")
+                         "mlm+nsp, mntp or a mix including one of them")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     items, single = as_batch(texts)
@@ -67,7 +67,12 @@ def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int =
         ids = encode(pretrained, text)
         if pretrained.special.mask not in ids:
             raise ValueError(f"text {index + 1} has no {MASK_TEXT} token: {_shown(item)}")
-        rows.append(reading_document(pretrained, ids)[0])
+        row = reading_document(pretrained, ids)[0]
+        if pretrained.fill_mask_head[1] and row[0] == pretrained.special.mask:
+            raise ValueError(f"text {index + 1} starts with {MASK_TEXT}: this masked next-token "
+                             "(mntp) model predicts each token from the one before it; put a "
+                             f"token before the first mask: {_shown(item)}")
+        rows.append(row)
     results = []
     starts = range(0, len(rows), batch_size)
     for start in tqdm(starts, desc="fill-mask", unit="batch", disable=len(starts) < 2):
@@ -81,9 +86,10 @@ def _fill_batch(pretrained: Pretrained, rows: list[list[int]],
     ids, segments = pad_right(rows, pretrained.special.pad)
     ids, segments = ids.to(pretrained.device), segments.to(pretrained.device)
     is_mask = ids == pretrained.special.mask
-    at = flat_positions(is_mask)
+    head, shift = pretrained.fill_mask_head
+    at = flat_positions(is_mask) - shift
     logits = pretrained.model(ids, MaskSpec("bidirectional", segment_ids=segments),
-                              predict_at={"mlm": at})["mlm"]  # (masks, V)
+                              predict_at={head: at})[head]  # (masks, V)
     probabilities, token_ids = logits.float().softmax(dim=-1).topk(
         min(top_k, logits.shape[-1]), dim=-1)
     masks_per_row = is_mask.sum(dim=1).tolist()

@@ -70,7 +70,13 @@ class Pretrained:
 
     @property
     def can_fill_mask(self) -> bool:
-        return "mlm" in self.model.heads
+        return "mlm" in self.model.heads or "mntp" in self.objectives
+
+    @property
+    def fill_mask_head(self) -> tuple[str, int]:
+        """(head, shift): the head that predicts a masked token, and how many positions
+        before the mask it does so (masked next-token models predict it from the one before)."""
+        return ("mlm", 0) if "mlm" in self.model.heads else ("lm", 1)
 
     @property
     def device(self) -> torch.device:

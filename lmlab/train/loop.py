@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader
 from lmlab.config import ModelConfig
 from lmlab.data.dataset import Dataset
 from lmlab.data.loader import BlockBatches
-from lmlab.model import LanguageModel, MaskSpec
-from lmlab.objectives.base import LossSum, Objective
+from lmlab.model import LanguageModel
+from lmlab.objectives.base import LossSum, Objective, SpecialTokens
 from lmlab.objectives.registry import ObjectiveOptions, build_objective
 from lmlab.presets import preset
 from lmlab.train import distributed
@@ -182,7 +182,11 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     data = iter(DataLoader(batches, batch_size=None, num_workers=cfg.num_workers))
 
     if not state.total_steps:
-        state.total_steps = _total_steps(cfg, model, tokens_per_step)
+        timing_objective = build_objective(cfg.objective, dataset.special, objective_options,
+                                           dataset.word_starts)
+        # Ranks time their own steps; rank 0's count holds for all, or they would part ways.
+        state.total_steps = _from_rank_0(
+            _total_steps(cfg, model, timing_objective, dataset.special, tokens_per_step), env)
     objective = build_objective(cfg.objective, dataset.special, objective_options,
                                 dataset.word_starts, state.total_steps)
     compute_loss = forward_loss(train_model, objective, cfg.compile)
@@ -309,11 +313,17 @@ def _latest(out: Path) -> str:
 
 
 def _broadcast_path(path: Path | None, out: Path, env) -> Path | None:
+    holder = _from_rank_0(str(path) if path else "", env)
+    return Path(holder) if holder else None
+
+
+def _from_rank_0(value, env):
+    """Rank 0's `value` on every rank (a picklable object)."""
     if not env.distributed:
-        return path
-    holder = [str(path) if path else ""]
+        return value
+    holder = [value]
     torch.distributed.broadcast_object_list(holder, src=0)
-    return Path(holder[0]) if holder[0] else None
+    return holder[0]
 
 
 def _heads_of(cfg: TrainConfig, dataset: Dataset, options: ObjectiveOptions) -> tuple:
@@ -334,27 +344,34 @@ def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, env) -> li
     return [batches.batch(i).tokens for i in range(count)]
 
 
-def _total_steps(cfg: TrainConfig, model: LanguageModel, tokens_per_step: int) -> int:
+def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+                 special: SpecialTokens, tokens_per_step: int) -> int:
     steps = step_budget(cfg.steps, cfg.tokens, model.num_parameters(), tokens_per_step)
     minutes = cfg.minutes if cfg.minutes is not None else (None if steps else DEFAULT_MINUTES)
     if minutes is None:
         return steps
-    timed = steps_in_minutes(minutes, _seconds_per_step(cfg, model, tokens_per_step))
+    seconds = _seconds_per_step(cfg, model, objective, special, tokens_per_step)
+    timed = steps_in_minutes(minutes, seconds)
     return min(steps, timed) if steps else timed
 
 
-def _seconds_per_step(cfg: TrainConfig, model: LanguageModel, tokens_per_step: int) -> float:
-    """Time one forward and backward of a full step's tokens (the weights do not change)."""
+def _seconds_per_step(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+                      special: SpecialTokens, tokens_per_step: int) -> float:
+    """Time the forward and backward of a step's tokens as training runs them (the objective's
+    own batch and loss, so a sparse MLM head is timed as sparse); weights do not change."""
     device = next(model.parameters()).device
     rows = max(1, tokens_per_step // cfg.seq_len)
-    ids = torch.randint(0, model.cfg.vocab_size, (rows, cfg.seq_len), device=device)
+    first_ordinary = max(special.all_ids) + 1
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(first_ordinary, model.cfg.vocab_size, (rows, cfg.seq_len),
+                        generator=generator)
+    compute_loss = forward_loss(model, objective, compile_model=False)
     timings = []
     for _ in range(2):
         start = time.perf_counter()
+        batch = objective.make_batch(ids, generator).to(device)
         with autocast(cfg.precision, device):
-            outputs = model(ids, MaskSpec("causal"), predict_at=dict.fromkeys(
-                [h for h in model.heads if h != "nsp"]))
-            sum(v.float().sum() for k, v in outputs.items() if k != "hidden").backward()
+            compute_loss(batch).mean().backward()
         timings.append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
     return min(timings) * 1.15  # optimizer, data and logging on top
