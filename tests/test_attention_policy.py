@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.model import LanguageModel, MaskSpec
-from lmlab.model.attention import _explicit_attention
+from lmlab.model.attention import _explicit_attention, attend
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
 from lmlab.presets import preset
 from tests.conftest import seeded
@@ -148,3 +148,14 @@ def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
     F.scaled_dot_product_attention(*full, attn_mask=mask, is_causal=causal).sum().backward()
     for mine, reference in zip(half, full, strict=True):
         torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
+
+
+def test_attend_takes_the_explicit_path_for_short_bf16_on_cpu_only():
+    torch.manual_seed(0)
+    short, long_ = (torch.randn(3, 1, 2, n, 8) for n in (16, 300))
+    for q, k, v in (short.bfloat16(), long_.bfloat16(), short):
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        explicit = _explicit_attention(q, k, v, None, True, 0.0)
+        chose_explicit = q.dtype == torch.bfloat16 and k.shape[2] <= 256
+        expected = explicit if chose_explicit else sdpa
+        assert torch.equal(attend(q, k, v, None, True, 0.0), expected)

@@ -25,17 +25,22 @@ def test_unreadable_count():
 
 
 @pytest.mark.parametrize("objective", ["mlm", "clm", "mlm+nsp", "mix:clm=1,mlm=15", "span"])
-def test_a_minutes_budget_times_the_step_training_runs(objective, monkeypatch):
+@pytest.mark.parametrize("specials_first", [True, False])  # lmlab's layout, and a tokenizer's
+def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first, monkeypatch):
     """The timing step is the objective's own batch and fused loss (a sparse MLM head is
-    timed as sparse), and leaves no gradient behind."""
-    special = SpecialTokens.layout(300, n_sentinels=20)
+    timed as sparse) on a micro-batch, and leaves no gradient behind."""
+    special = SpecialTokens.layout(300, n_sentinels=20) if specials_first else SpecialTokens(
+        300, pad=299, unk=298, cls=297, sep=296, mask=295, bos=294, eos=293,
+        sentinels=tuple(range(273, 293)))
     built = build_objective(objective, special)
     model = LanguageModel(preset("bert-tiny", 300, 32), heads=built.heads)
     cfg = TrainConfig(objective=objective, seq_len=32, minutes=1.0)
-    losses = []
-    original = built.loss
-    monkeypatch.setattr(built, "loss", lambda *a: losses.append(1) or original(*a))
-    steps = loop._total_steps(cfg, model, built, special, tokens_per_step=64)
-    assert losses == [1, 1]  # timed twice, through the objective's loss
+    rows = []
+    original = built.make_batch
+    monkeypatch.setattr(built, "make_batch",
+                        lambda ids, *a: rows.append(len(ids)) or original(ids, *a))
+    steps = loop._total_steps(cfg, model, built, special, tokens_per_step=256, micro_size=2,
+                              accumulation=4)
+    assert rows == [2, 2]  # timed twice, on one micro-batch
     assert steps >= 1
     assert all(p.grad is None for p in model.parameters())

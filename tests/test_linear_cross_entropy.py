@@ -70,13 +70,29 @@ def test_bf16_autocast_matches_autocast_unfused_within_bf16_rounding(three_row_c
         assert float((g - e).abs().max() / e.abs().max()) < 2e-2
 
 
-def test_without_gradients_only_the_loss_is_computed():
+def test_without_gradients_only_the_loss_is_computed(monkeypatch):
     x, w, b, targets = problem(True, [])
-    with torch.no_grad():
+    accumulated = []
+    original = fused._Workspace.accumulate
+    monkeypatch.setattr(fused._Workspace, "accumulate",
+                        lambda *a: accumulated.append(1) or original(*a))
+    with torch.no_grad():  # the inputs still require gradients
         total, rows = fused.linear_cross_entropy(x, w, b, targets)
+    assert not accumulated  # no gradient work
     expected = F.cross_entropy(F.linear(x, w, b), targets, reduction="none")
     torch.testing.assert_close(rows, expected.detach())
     assert not total.requires_grad
+    fused.linear_cross_entropy(x, w, b, targets)[0].backward()
+    assert accumulated  # the spy sees gradient work when there is some
+
+
+def test_fp16_autocast_runs_unfused_so_the_grad_scaler_scale_reaches_every_gradient():
+    x, w, b, targets = problem(True, [1])
+    with torch.autocast("cpu", torch.float16):
+        total, _ = fused.linear_cross_entropy(x, w, b, targets)
+        expected = F.cross_entropy(F.linear(x, w, b).float(), targets, reduction="sum")
+    assert "LinearCrossEntropy" not in type(total.grad_fn).__name__
+    torch.testing.assert_close(total, expected)
 
 
 OBJECTIVES = {

@@ -11,7 +11,7 @@ from lmlab.model.layers import apply_rotary
 from lmlab.model.linear import Linear
 from lmlab.model.masks import MaskSpec
 
-# On CPU in bf16/fp16, PyTorch's fused attention kernel is about twice as slow as a plain
+# On CPU in bf16, PyTorch's fused attention kernel is about twice as slow as a plain
 # product → fp32 softmax → product for short sequences (T=128, forward + backward, 2 cores:
 # 29 ms against 13-16 ms a layer), while in fp32 they are level; beyond this many keys the
 # fused kernel's memory behaviour wins (at 512 they are level, at 1024 it is 3x faster).
@@ -21,8 +21,7 @@ EXPLICIT_MAX_KEYS = 256
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
            dropout_p: float) -> Tensor:
     """softmax(q·kᵀ/√d + mask)·v over (B, H, T, head_dim), by the faster route here."""
-    if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
-            and k.shape[2] <= EXPLICIT_MAX_KEYS):
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[2] <= EXPLICIT_MAX_KEYS:
         return _explicit_attention(q, k, v, attn_mask, is_causal, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
                                           dropout_p=dropout_p)
@@ -31,7 +30,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal:
 def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
                         is_causal: bool, dropout_p: float) -> Tensor:
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
-    if is_causal:
+    if is_causal:  # queries are the last of the keys' positions, as everywhere in lmlab
         attn_mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool,
                                device=q.device).tril(k.shape[2] - q.shape[2])
     if attn_mask is not None:

@@ -14,7 +14,9 @@ known as fused linear cross-entropy (Liger Kernel) or cut cross-entropy (Wijmans
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 IGNORE_INDEX = -100
 # Rows per chunk, so that a chunk's fp32 logits take about this many bytes: small enough to
@@ -28,9 +30,9 @@ ACCELERATOR_CHUNK_BYTES = 512 * 2**20
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                compute_dtype: torch.dtype):
+                compute_dtype: torch.dtype, grad_enabled: bool):
         ctx.dtypes = (features.dtype, weight.dtype, None if bias is None else bias.dtype)
-        wants_grad = ctx.needs_input_grad[:3]
+        wants_grad = [grad_enabled and needs for needs in ctx.needs_input_grad[:3]]
         rows = features.shape[0]
         kept = (targets != IGNORE_INDEX).nonzero().squeeze(1)
         everything = len(kept) == rows
@@ -43,7 +45,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(w, dtype=torch.float32) if wants_grad[1] else None
         grad_b = torch.zeros_like(b, dtype=torch.float32) if b is not None and wants_grad[2] \
             else None
-        work = _Workspace(w.shape, _chunk_rows(w.shape[0], x.device), compute_dtype, x.device)
+        chunk = min(_chunk_rows(w.shape[0], x.device), max(1, len(kept)))
+        work = _Workspace(w.shape, chunk, compute_dtype, x.device)
         for start in range(0, len(kept), work.chunk):
             x_chunk, target = x[start:start + work.chunk], targets[start:start + work.chunk]
             columns = torch.arange(len(target), device=x.device)
@@ -81,10 +84,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return losses.sum(), losses
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_sum: Tensor, _grad_losses: Tensor):
         scaled = [None if g is None else (g * grad_sum).to(dtype)
                   for g, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)]
-        return *scaled, None, None
+        return *scaled, None, None, None
 
 
 def _chunk_rows(vocab: int, device: torch.device) -> int:
@@ -132,11 +136,19 @@ def linear_cross_entropy(features: Tensor, weight: Tensor, bias: Tensor | None,
                          targets: Tensor) -> tuple[Tensor, Tensor]:
     """Σ cross-entropy(features · weightᵀ + bias, targets) over rows whose target is not
     IGNORE_INDEX, and each row's loss (0 where ignored; not differentiable). Only the sum
-    carries a gradient. Under autocast the products run in the autocast dtype, the softmax in
-    fp32, as autocast runs an unfused projection and cross-entropy."""
+    carries a gradient. Targets must lie in [0, vocabulary) or be IGNORE_INDEX (unchecked).
+    Under autocast the products run in the autocast dtype, the softmax in fp32, as autocast
+    runs an unfused projection and cross-entropy; under fp16 autocast it is that unfused
+    computation, since gradients formed in the forward pass would miss the GradScaler's
+    scale and underflow."""
     device = features.device.type
     compute_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
                      else weight.dtype)
+    features, targets = features.reshape(-1, features.shape[-1]), targets.reshape(-1)
+    if compute_dtype == torch.float16:
+        losses = F.cross_entropy(F.linear(features, weight, bias).float(), targets,
+                                 ignore_index=IGNORE_INDEX, reduction="none")
+        return losses.sum(), losses.detach()
     with torch.autocast(device, enabled=False):
-        return _LinearCrossEntropy.apply(features.reshape(-1, features.shape[-1]), weight,
-                                         bias, targets.reshape(-1), compute_dtype)
+        return _LinearCrossEntropy.apply(features, weight, bias, targets, compute_dtype,
+                                         torch.is_grad_enabled())

@@ -186,7 +186,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                                            dataset.word_starts)
         # Ranks time their own steps; rank 0's count holds for all, or they would part ways.
         state.total_steps = _from_rank_0(
-            _total_steps(cfg, model, timing_objective, dataset.special, tokens_per_step), env)
+            _total_steps(cfg, model, timing_objective, dataset.special, tokens_per_step,
+                         micro_size, accumulation), env)
     objective = build_objective(cfg.objective, dataset.special, objective_options,
                                 dataset.word_starts, state.total_steps)
     compute_loss = forward_loss(train_model, objective, cfg.compile)
@@ -345,26 +346,25 @@ def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, env) -> li
 
 
 def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
-                 special: SpecialTokens, tokens_per_step: int) -> int:
+                 special: SpecialTokens, tokens_per_step: int, micro_size: int,
+                 accumulation: int) -> int:
     steps = step_budget(cfg.steps, cfg.tokens, model.num_parameters(), tokens_per_step)
     minutes = cfg.minutes if cfg.minutes is not None else (None if steps else DEFAULT_MINUTES)
     if minutes is None:
         return steps
-    seconds = _seconds_per_step(cfg, model, objective, special, tokens_per_step)
+    seconds = accumulation * _seconds_per_micro_batch(cfg, model, objective, special, micro_size)
     timed = steps_in_minutes(minutes, seconds)
     return min(steps, timed) if steps else timed
 
 
-def _seconds_per_step(cfg: TrainConfig, model: LanguageModel, objective: Objective,
-                      special: SpecialTokens, tokens_per_step: int) -> float:
-    """Time the forward and backward of a step's tokens as training runs them (the objective's
-    own batch and loss, so a sparse MLM head is timed as sparse); weights do not change."""
+def _seconds_per_micro_batch(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+                             special: SpecialTokens, rows: int) -> float:
+    """Time one micro-batch's forward and backward as training runs them (the objective's own
+    batch and loss, so a sparse MLM head is timed as sparse); weights do not change."""
     device = next(model.parameters()).device
-    rows = max(1, tokens_per_step // cfg.seq_len)
-    first_ordinary = max(special.all_ids) + 1
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(first_ordinary, model.cfg.vocab_size, (rows, cfg.seq_len),
-                        generator=generator)
+    ordinary = special.ordinary_ids()
+    ids = ordinary[torch.randint(len(ordinary), (rows, cfg.seq_len), generator=generator)]
     compute_loss = forward_loss(model, objective, compile_model=False)
     timings = []
     for _ in range(2):
