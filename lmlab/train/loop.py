@@ -200,7 +200,9 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
 
     predicted_fraction = cfg.mlm_rate if cfg.objective in MASKED_OBJECTIVES else 1.0
     train_flops_per_token = flops_per_token(model_cfg, cfg.seq_len, predicted_fraction)
-    peak_flops = device_peak_flops(env.device, PRECISION_DTYPES[cfg.precision]) * env.world_size
+    # Rank 0 probes alone (ranks probing at once would share the cores and read low).
+    peak = device_peak_flops(env.device, PRECISION_DTYPES[cfg.precision]) if env.is_main else 0.0
+    peak_flops = _from_rank_0(peak, env) * env.world_size
     log = MetricsLog(out, enable=env.is_main)
     log.truncate_after(state.step)
     bar = ProgressBar(state.total_steps, initial=state.step, enable=env.is_main)
