@@ -3,8 +3,8 @@
 A vocabulary head's logits (rows × vocabulary, 134 MB for 4096 rows of 8192 fp32) are written,
 read by log-softmax, written again as log-probabilities, and twice more in the backward pass;
 on a CPU that traffic, and the page faults of fresh buffers, cost a third of the head's time
-(measured, 2 cores, fp32; half of it in bf16). Here the rows
-go through in chunks whose logits stay in cache: each chunk's loss and its gradient
+(measured, 2 cores, fp32; half of it in bf16). Here the rows go through in chunks whose
+logits stay in cache: each chunk's loss and its gradient
 (softmax − one-hot) are computed at once, and the gradient is pushed straight through the
 projection into the feature and weight gradients. The backward pass only scales those by the
 incoming gradient, which is exact because the loss is a sum (a scalar). The same scheme is
@@ -46,7 +46,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_b = torch.zeros_like(b, dtype=torch.float32) if b is not None and wants_grad[2] \
             else None
         chunk = min(_chunk_rows(w.shape[0], x.device), max(1, len(kept)))
-        work = _Workspace(w.shape, chunk, compute_dtype, x.device)
+        work = _Workspace(w.shape, chunk, compute_dtype, x.device, grad_w is not None)
         for start in range(0, len(kept), work.chunk):
             x_chunk, target = x[start:start + work.chunk], targets[start:start + work.chunk]
             columns = torch.arange(len(target), device=x.device)
@@ -101,12 +101,13 @@ class _Workspace:
     new mapping whose pages fault in again (glibc malloc's default)."""
 
     def __init__(self, weight_shape: torch.Size, chunk: int, dtype: torch.dtype,
-                 device: torch.device):
+                 device: torch.device, accumulates: bool):
         self.vocab, self.chunk = weight_shape[0], chunk
         self.products = torch.empty(self.vocab * chunk, dtype=dtype, device=device)
         self.floats = self.weight_products = self.weight_floats = None
         if dtype != torch.float32:  # reduced precision: softmax and accumulation in fp32
             self.floats = torch.empty(self.vocab * chunk, device=device)
+        if dtype != torch.float32 and accumulates:
             self.weight_products = torch.empty(weight_shape, dtype=dtype, device=device)
             self.weight_floats = torch.empty(weight_shape, device=device)
 
