@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 import lmlab
+from lmlab import load
 from lmlab.eval.evaluate import evaluation_text, scoring_rule
 from lmlab.eval.report import format_report, write_json
-from lmlab.infer import load
 from lmlab.model import MaskSpec
 
 RESULTS = Path(__file__).parent / "results" / "blimp_eval.json"

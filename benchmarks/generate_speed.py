@@ -31,14 +31,13 @@ VOCAB, PROMPT_LEN, NEW_TOKENS, CONTEXT = 8192, 16, 128, 256
 def build_models(preset_name: str):
     import transformers
 
-    from lmlab import LanguageModel, SpecialTokens, preset
+    from lmlab import LanguageModel, Pretrained, SpecialTokens, preset
     from lmlab.export.hf import hf_config, to_hf_state_dict
-    from lmlab.infer import Pretrained
 
     torch.manual_seed(0)
     cfg = preset(preset_name, VOCAB, CONTEXT, dropout=0.0)
     model = LanguageModel(cfg, heads=("lm",)).eval()
-    ours = Pretrained(model, None, SpecialTokens.layout(VOCAB, 100), "clm")
+    ours = Pretrained.of(model, "clm", SpecialTokens.layout(VOCAB, 100))
     theirs = transformers.GPT2LMHeadModel(hf_config(cfg, "gpt2")).eval()
     theirs.load_state_dict(to_hf_state_dict(model, "gpt2"), strict=True)
     return ours, theirs

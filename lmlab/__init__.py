@@ -1,9 +1,18 @@
 """lmlab: pre-train, compare and use transformer language models with every classic
-self-supervised objective on one backbone."""
+self-supervised objective on one backbone.
+
+The pipeline's verbs: `prepare` (text → dataset), `pretrain` (dataset → run), `load` (run →
+model with fill-mask, generate, embed and score) and `evaluate` (run → perplexities and
+minimal-pair accuracy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from lmlab.config import ModelConfig
+from lmlab.data.prepare import prepare
 from lmlab.eval.evaluate import evaluate
-from lmlab.infer import load
 from lmlab.model import KVCache, LanguageModel, MaskSpec
 from lmlab.objectives import (
     Alternating,
@@ -19,12 +28,26 @@ from lmlab.objectives import (
     SpecialTokens,
 )
 from lmlab.presets import preset, preset_names
+from lmlab.pretrained import Pretrained, load
+from lmlab.runs import Run
+from lmlab.version import __version__
 
-__version__ = "0.1.0"
+
+def pretrain(config: str | Path | None = None, **fields) -> Path:
+    """Pre-train as `lmlab pretrain` does, from a YAML/TOML config file and/or its fields by
+    name, e.g. `lmlab.pretrain(objective="clm", data="data/mine", steps=200)`; with no
+    `data`, on the built-in corpus. Returns the run directory."""
+    from lmlab.data.dataset import open_or_prepare
+    from lmlab.train.config import resolve_config
+    from lmlab.train.pretrain import pretrain as pretrain_on  # imports the distributed engine
+
+    cfg = resolve_config(Path(config) if config is not None else None, fields)
+    return pretrain_on(cfg, open_or_prepare(cfg.data))
+
 
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
-    "SpanCorruption", "SpecialTokens", "evaluate", "load", "preset",
-    "preset_names",
+    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "evaluate", "load", "prepare",
+    "__version__", "preset", "preset_names", "pretrain",
 ]

@@ -9,8 +9,8 @@ import torch
 
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.objectives import SpecialTokens
-from lmlab.train.config import TrainConfig
-from lmlab.train.loop import pretrain
+from lmlab.train.config import build_config
+from lmlab.train.pretrain import pretrain
 
 CYCLE = 20  # symbols in the cycle
 SENTINELS = 8
@@ -36,6 +36,6 @@ def train_cycle_run(out: Path, objective: str, steps: int, **options) -> Path:
     # other slow down many times over when other processes share the cores.
     torch.set_num_threads(1)
     try:
-        return pretrain(TrainConfig(**{**settings, **options}), dataset)
+        return pretrain(build_config({**settings, **options}), dataset)
     finally:
         torch.set_num_threads(threads)

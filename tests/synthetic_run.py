@@ -3,19 +3,17 @@ tests: `python tests/synthetic_run.py --out RUN --steps 8 ...` takes every pretr
 
 import argparse
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmlab.cli import add_pretrain_arguments  # noqa: E402
 from lmlab.data.dataset import in_memory_dataset  # noqa: E402
 from lmlab.data.synthetic import MarkovChain  # noqa: E402
 from lmlab.objectives import SpecialTokens  # noqa: E402
-from lmlab.train.config import TrainConfig, parse_value, resolve_config  # noqa: E402
-from lmlab.train.loop import pretrain  # noqa: E402
+from lmlab.train.commands import add_pretrain_options, config_from_args  # noqa: E402
+from lmlab.train.pretrain import pretrain  # noqa: E402
 
 N_SYMBOLS = 50
 FIRST_ID = 7
@@ -32,11 +30,8 @@ def synthetic_dataset(documents: int = 4000, length: int = 60):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    add_pretrain_arguments(parser)
-    args = parser.parse_args()
-    overrides = {f.name: parse_value(f.name, getattr(args, f.name))
-                 for f in fields(TrainConfig) if getattr(args, f.name) is not None}
-    pretrain(resolve_config(args.config, overrides), synthetic_dataset()[1])
+    add_pretrain_options(parser)
+    pretrain(config_from_args(parser.parse_args()), synthetic_dataset()[1])
 
 
 if __name__ == "__main__":

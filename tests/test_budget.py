@@ -4,7 +4,7 @@ from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
-from lmlab.train import loop
+from lmlab.train import pretrain as pretraining
 from lmlab.train.budget import parse_count, step_budget, steps_in_minutes
 from lmlab.train.config import TrainConfig
 
@@ -39,8 +39,7 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     original = built.make_batch
     monkeypatch.setattr(built, "make_batch",
                         lambda ids, *a: rows.append(len(ids)) or original(ids, *a))
-    steps = loop._total_steps(cfg, model, built, special, tokens_per_step=256, micro_size=2,
-                              accumulation=4)
+    steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4)
     assert rows == [2, 2]  # timed twice, on one micro-batch
     assert steps >= 1
     assert all(p.grad is None for p in model.parameters())

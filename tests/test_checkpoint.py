@@ -5,13 +5,8 @@ import pytest
 import torch
 
 from lmlab import LanguageModel, MaskSpec, preset
-from lmlab.train.checkpoint import (
-    CheckpointError,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from lmlab.runs.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
+from lmlab.train.checkpoint import prune_checkpoints, save_checkpoint
 from lmlab.train.optim import make_optimizer
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmlab.infer import Pretrained
+from lmlab import Pretrained
 from lmlab.infer.embed import save_npy
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import SpecialTokens
@@ -17,7 +17,7 @@ SPECIAL = SpecialTokens.layout(80)
 def pretrained_for(family: str, objective: str, heads=("mlm",)) -> Pretrained:
     torch.manual_seed(0)
     cfg = preset(f"{family}-tiny", vocab_size=SPECIAL.vocab_size, max_seq_len=64, dropout=0.0)
-    return Pretrained(LanguageModel(cfg, heads).eval(), None, SPECIAL, objective)
+    return Pretrained.of(LanguageModel(cfg, heads).eval(), objective, SPECIAL)
 
 
 def text(length: int, seed: int) -> list[int]:

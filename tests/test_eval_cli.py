@@ -8,12 +8,12 @@ import random
 import pytest
 
 import lmlab
+from lmlab import load
 from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset, open_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.infer import load
 from lmlab.train.config import TrainConfig
-from lmlab.train.loop import pretrain
+from lmlab.train.pretrain import pretrain
 
 NOUNS = ["cat", "dog", "bird", "child", "teacher", "farmer"]
 VERBS = ["sees", "likes", "finds", "helps"]

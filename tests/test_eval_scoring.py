@@ -63,7 +63,7 @@ def test_pseudo_log_likelihood_batched_equals_one_mask_at_a_time(special):
 def test_masked_next_token_reads_one_position_earlier(special):
     model = tiny("gpt2", special, ("lm",))
     doc = documents(special, (11,))[0]
-    got = score_documents(model, MaskedScoring(special, next_token=True), [doc])
+    got = score_documents(model, MaskedScoring(special, head="lm", next_token=True), [doc])
     row = torch.cat((doc, torch.tensor([special.eos])))
     expected = 0.0
     for i in range(1, len(doc)):  # the first token has nothing before it

@@ -4,8 +4,8 @@ tokenization behave."""
 import pytest
 import torch
 
+from lmlab import Pretrained, load
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.infer import Pretrained, load
 from lmlab.infer.inputs import MASK_TEXT, absorb_space_before
 from lmlab.model import LanguageModel
 from lmlab.presets import preset
@@ -38,7 +38,7 @@ def test_a_tiny_mlm_ranks_the_forced_token_first(cycle_mlm):
 def test_a_tiny_masked_next_token_model_fills_from_the_position_before(tmp_path):
     out = train_cycle_run(tmp_path / "run", "mntp", steps=300, mlm_rate=0.3)
     mntp = load(out, special=SPECIAL)
-    assert mntp.fill_mask_head == ("lm", 1)
+    assert mntp.objective.fill_mask_head == ("lm", 1)
     texts = [cycle(start, 12) for start in range(0, 20, 4)]
     positions = [2, 5, 11, 7, 9]
     results = mntp.fill_mask([masked(t, at) for t, at in zip(texts, positions, strict=True)])
@@ -71,7 +71,7 @@ def test_a_text_without_a_mask_is_a_one_line_error(cycle_mlm):
 
 def test_a_model_without_a_masked_lm_head_is_refused():
     cfg = preset("gpt2-tiny", vocab_size=SPECIAL.vocab_size, max_seq_len=32)
-    pretrained = Pretrained(LanguageModel(cfg, ("lm",)), None, SPECIAL, "clm")
+    pretrained = Pretrained.of(LanguageModel(cfg, ("lm",)), "clm", SPECIAL)
     with pytest.raises(ValueError, match="no masked-LM head"):
         pretrained.fill_mask(masked(cycle(0, 5), 1))
 
@@ -83,7 +83,7 @@ def text_mlm():
     special = special_tokens_of(tokenizer)
     torch.manual_seed(0)
     cfg = preset("bert-tiny", vocab_size=special.vocab_size, max_seq_len=32, dropout=0.0)
-    return Pretrained(LanguageModel(cfg, ("mlm",)).eval(), tokenizer, special, "mlm")
+    return Pretrained.of(LanguageModel(cfg, ("mlm",)).eval(), "mlm", special, tokenizer)
 
 
 def test_the_mask_stands_for_a_word_with_its_leading_space(text_mlm):

@@ -4,8 +4,8 @@ objectives laid out training rows, and a tiny CLM trained on a cycle continues i
 import pytest
 import torch
 
+from lmlab import Pretrained, load
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.infer import Pretrained, load
 from lmlab.infer.generate import prepare_prompt
 from lmlab.infer.infill import splice, split_spans, with_sentinels
 from lmlab.infer.text_stream import IncrementalText
@@ -26,7 +26,7 @@ def random_pretrained(family: str, objective: str) -> Pretrained:
     torch.manual_seed(0)
     cfg = preset(f"{family}-tiny", vocab_size=VOCAB, max_seq_len=CONTEXT, dropout=0.0,
                  init_std=0.2)
-    return Pretrained(LanguageModel(cfg, ("lm",)).eval(), None, RANDOM_SPECIAL, objective)
+    return Pretrained.of(LanguageModel(cfg, ("lm",)).eval(), objective, RANDOM_SPECIAL)
 
 
 def prompt_of(length: int, seed: int) -> list[int]:
@@ -155,7 +155,7 @@ def text_pretrained(tokenizer, objective: str) -> Pretrained:
     torch.manual_seed(0)
     special = special_tokens_of(tokenizer)
     cfg = preset("gpt2-tiny", vocab_size=special.vocab_size, max_seq_len=64, dropout=0.0)
-    return Pretrained(LanguageModel(cfg, ("lm",)).eval(), tokenizer, special, objective)
+    return Pretrained.of(LanguageModel(cfg, ("lm",)).eval(), objective, special, tokenizer)
 
 
 def test_streamed_text_never_splits_a_character(tokenizer):

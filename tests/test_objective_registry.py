@@ -12,7 +12,8 @@ from lmlab.objectives import (
     PrefixLM,
     SpanCorruption,
 )
-from lmlab.objectives.registry import ObjectiveOptions, build_objective
+from lmlab.objectives.options import ObjectiveOptions
+from lmlab.objectives.registry import build_objective
 
 
 @pytest.mark.parametrize("spec,kind", [
@@ -43,7 +44,7 @@ def test_options_reach_the_objectives(special):
     ("bert", "unknown objective 'bert'; choose from mlm, mntp, clm"),
     ("mix:clm=a", "mixture weight 'a' of 'clm' is not a number"),
     ("alternate:clm,mlm", "alternation needs '@STEPS'"),
-    ("mix:clm=1,mlm+nsp=1", "next-sentence prediction cannot be mixed"),
+    ("mix:clm=1,mlm+nsp=1", "mlm+nsp needs whole-sentence rows, so it cannot be mixed"),
 ])
 def test_bad_specs_are_clear_errors(special, spec, message):
     with pytest.raises(ValueError, match=message.replace("+", r"\+")):

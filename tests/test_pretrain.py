@@ -15,8 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
 from lmlab.train import loop
-from lmlab.train.checkpoint import list_checkpoints, verify_checkpoint
+from lmlab.train import pretrain as pretraining
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 from tests.synthetic_run import synthetic_dataset
@@ -45,7 +46,7 @@ def config(tmp_path, **changes) -> TrainConfig:
 
 
 def test_a_run_leaves_a_usable_directory(tmp_path):
-    out = loop.pretrain(config(tmp_path, objective="mlm", model="bert-tiny"),
+    out = pretraining.pretrain(config(tmp_path, objective="mlm", model="bert-tiny"),
                         synthetic_dataset()[1])
     assert {p.name for p in out.iterdir()} >= {"config.json", "metrics.jsonl", "curves.png",
                                                "checkpoints"}
@@ -84,9 +85,9 @@ def test_accumulated_micro_batches_equal_one_batch(tmp_path, monkeypatch):
     monkeypatch.setenv("LMLAB_ONEDNN", "0")
     dataset = synthetic_dataset()[1]
     no_dropout = {"dropout": 0.0}  # dropout masks depend on the micro-batch shape
-    whole = loop.pretrain(config(tmp_path, out=str(tmp_path / "a"), steps=1, batch_size=8,
+    whole = pretraining.pretrain(config(tmp_path, out=str(tmp_path / "a"), steps=1, batch_size=8,
                                  micro_batch_size=8, model_overrides=no_dropout), dataset)
-    parts = loop.pretrain(config(tmp_path, out=str(tmp_path / "b"), steps=1, batch_size=8,
+    parts = pretraining.pretrain(config(tmp_path, out=str(tmp_path / "b"), steps=1, batch_size=8,
                                  micro_batch_size=2, model_overrides=no_dropout), dataset)
     assert train_losses(whole)[1] == pytest.approx(train_losses(parts)[1], rel=1e-5)
     weights = [load_file(list_checkpoints(r / "checkpoints")[-1] / "model.safetensors")
@@ -102,7 +103,12 @@ class NaNAfter:
 
     def __init__(self, objective, first_bad_step, last_bad_step=10**9):
         self.objective, self.first, self.last = objective, first_bad_step, last_bad_step
-        self.heads, self.name = objective.heads, objective.name
+
+    def __getattr__(self, name):  # every trait as the wrapped objective's
+        return getattr(self.objective, name)
+
+    def for_run(self, total_steps):
+        return NaNAfter(self.objective.for_run(total_steps), self.first, self.last)
 
     def make_batch(self, tokens, generator, step=0):
         batch = self.objective.make_batch(tokens, generator, step)
@@ -120,14 +126,14 @@ class NaNAfter:
 
 
 def inject_nan(monkeypatch, first, last=10**9):
-    build = loop.build_objective
-    monkeypatch.setattr(loop, "build_objective",
+    build = pretraining.build_objective
+    monkeypatch.setattr(pretraining, "build_objective",
                         lambda *a, **k: NaNAfter(build(*a, **k), first, last))
 
 
 def test_a_non_finite_step_is_skipped_and_counted(tmp_path, monkeypatch):
     inject_nan(monkeypatch, first=2, last=2)
-    out = loop.pretrain(config(tmp_path), synthetic_dataset()[1])
+    out = pretraining.pretrain(config(tmp_path), synthetic_dataset()[1])
     records = [r for r in read_metrics(out) if r["kind"] == "train"]
     assert [r["step"] for r in records if r.get("skipped_nonfinite")] == [3]
     assert all(math.isfinite(r["loss"]) for r in records if not r.get("skipped_nonfinite"))
@@ -141,7 +147,8 @@ def test_repeated_non_finite_losses_stop_the_run_with_the_checkpoint_intact(tmp_
     inject_nan(monkeypatch, first=4)
     with pytest.raises(loop.TrainingError, match="not finite for 2 steps in a row.*"
                                                  "step-00000003"):
-        loop.pretrain(config(tmp_path, steps=20, max_nonfinite_steps=2), synthetic_dataset()[1])
+        pretraining.pretrain(config(tmp_path, steps=20, max_nonfinite_steps=2),
+                             synthetic_dataset()[1])
     last = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
     assert verify_checkpoint(last)["step"] == 3
 
@@ -195,7 +202,7 @@ def test_two_processes_match_one_process_and_resume(tmp_path, strategy):
 
 def test_learning_floor_through_pretrain(tmp_path):
     chain, dataset = synthetic_dataset()
-    out = loop.pretrain(config(tmp_path, steps=300, batch_size=32, seq_len=64,
+    out = pretraining.pretrain(config(tmp_path, steps=300, batch_size=32, seq_len=64,
                                eval_every=100, checkpoint_every=1000), dataset)
     entropy = chain.entropy_rate()
     # 60 symbols then [EOS] per document: 59 transitions at the entropy rate, and the [EOS]

@@ -10,9 +10,9 @@ from torch.utils.data import DataLoader
 
 import lmlab.data
 from lmlab.data.loader import BlockBatches
-from lmlab.train import loop
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
+from lmlab.train.pretrain import pretrain
 
 WORDS = "a cat sat on the warm mat while two dogs ran past an old red barn".split()
 
@@ -70,6 +70,6 @@ def test_bert_pretraining_runs_on_prepared_sentences(dataset, tmp_path):
     config = TrainConfig(objective="mlm+nsp", model="bert-tiny", out=str(tmp_path / "run"),
                          seq_len=32, batch_size=4, steps=2, eval_every=2, eval_batches=1,
                          checkpoint_every=2, log_every=1)
-    out = loop.pretrain(config, dataset)
+    out = pretrain(config, dataset)
     train = [r for r in read_metrics(out) if r["kind"] == "train"]
     assert train[-1]["step"] == 2 and all(np.isfinite(r["loss"]) for r in train)

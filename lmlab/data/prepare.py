@@ -63,6 +63,7 @@ from lmlab.data.shards import TokenWriter, pack_documents
 from lmlab.data.stats import TokenStats, format_report, token_summary
 from lmlab.data.streaming import Progress, chunked, in_background
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
+from lmlab.version import __version__
 
 FORMAT_VERSION = 2  # 2: sentence offsets, recipe record, statistics
 SPLITS = ("train", "validation")
@@ -180,8 +181,6 @@ def _check_reusable(out: Path, recipe: Recipe, inputs: list[dict]) -> None:
 
 
 def _versions() -> dict:
-    from lmlab import __version__  # the package imports lmlab.data while it initialises
-
     return {"lmlab": __version__, "tokenizers": tokenizers.__version__,
             "numpy": np.__version__, "python": platform.python_version()}
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lmlab.command_line import add_command, add_run_arguments
 from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS
 
 
 def add_eval_command(commands) -> None:
-    parser = commands.add_parser(
-        "eval", help="perplexity, bits per byte and minimal-pair accuracy of a run")
-    parser.add_argument("run_dir", metavar="RUN", type=Path, help="a run directory")
+    parser = add_command(
+        commands, "eval", help="perplexity, bits per byte and minimal-pair accuracy of a run",
+        handler=eval_command)
+    add_run_arguments(parser)
     parser.add_argument("--data", nargs="+", metavar="SOURCE",
                         help="a prepared dataset directory, or .txt/.jsonl files")
     parser.add_argument("--split", default="validation", help="a dataset's split to score")
@@ -27,12 +29,9 @@ def add_eval_command(commands) -> None:
     parser.add_argument("--max-tokens", type=int, help="score only the first documents, "
                                                        "until they hold this many tokens")
     parser.add_argument("--text-field", default="text", help="JSONL field to read")
-    parser.add_argument("--checkpoint", default="best", help="best, last or a checkpoint name")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
                         help="padded tokens per forward pass")
     parser.add_argument("--out", type=Path, help="also write the results here as JSON")
-    parser.set_defaults(run=eval_command)
 
 
 def eval_command(args: argparse.Namespace) -> int:

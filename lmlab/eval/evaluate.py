@@ -1,6 +1,6 @@
 """`lmlab.evaluate`: perplexity, bits per byte and minimal-pair accuracy of a run, as one
 JSON-ready dict, under every scoring rule the run's objectives call for (see rules.py); and
-`score_texts`, the per-text log-likelihoods behind `Pretrained.score`."""
+`score_texts`, the per-text log-likelihoods behind `Run.score`."""
 
 from __future__ import annotations
 
@@ -17,22 +17,22 @@ from lmlab.eval.rules import ScoringRule, rules_for
 from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, DocumentScores, score_documents
 from lmlab.eval.texts import EvalText, dataset_text, file_text
 from lmlab.infer.inputs import Text, as_batch, encode
-from lmlab.infer.pretrained import Pretrained, load
+from lmlab.runs import Run, load_run
 
 
-def scoring_rule(pretrained: Pretrained, name: str | None = None) -> ScoringRule:
+def scoring_rule(run: Run, name: str | None = None) -> ScoringRule:
     """The rule called `name`, or the one of the run's first objective."""
-    rules = rules_for(pretrained.objectives, pretrained.special)
+    rules = rules_for(run.objective, run.special)
     if name is None:
         return rules[0]
     for rule in rules:
         if rule.name == name:
             return rule
-    raise ValueError(f"a model trained with {pretrained.objective!r} has no {name!r} scoring; "
+    raise ValueError(f"a model trained with {run.spec!r} has no {name!r} scoring; "
                      f"choose {', '.join(r.name for r in rules)}")
 
 
-def score_texts(pretrained: Pretrained, texts: Sequence[Text], rule: str | None = None,
+def score_texts(run: Run, texts: Sequence[Text], rule: str | None = None,
                 stride: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
                 progress: bool = False) -> DocumentScores:
     """Each text's log-likelihood in nats under `rule` (default: the run's first objective's):
@@ -40,12 +40,12 @@ def score_texts(pretrained: Pretrained, texts: Sequence[Text], rule: str | None 
     and span models. Texts are strings or, for runs without a tokenizer, token-id lists. The
     result names the rule and counts the tokens scored per text."""
     items, _ = as_batch(texts)  # one text (a string or an id list) or several
-    documents = [np.asarray(encode(pretrained, text), dtype=np.int64) for text in items]
-    return score_documents(pretrained.model, scoring_rule(pretrained, rule), documents, stride,
+    documents = [np.asarray(encode(run, text), dtype=np.int64) for text in items]
+    return score_documents(run.model, scoring_rule(run, rule), documents, stride,
                            batch_tokens, progress)
 
 
-def evaluation_text(data: str | Path | Sequence[str | Path], pretrained: Pretrained,
+def evaluation_text(data: str | Path | Sequence[str | Path], run: Run,
                     split: str = "validation", text_field: str = "text",
                     max_tokens: int | None = None) -> EvalText:
     """A prepared dataset directory (its `split`), or text files, directories and globs."""
@@ -53,17 +53,17 @@ def evaluation_text(data: str | Path | Sequence[str | Path], pretrained: Pretrai
     first = Path(sources[0])
     if len(sources) == 1 and first.is_dir() and any(
             (first / name).exists() for name in ("meta.json", "tokenizer.json")):
-        return dataset_text(first, split, pretrained, max_tokens)
-    return file_text([str(s) for s in sources], pretrained, text_field, max_tokens)
+        return dataset_text(first, split, run, max_tokens)
+    return file_text([str(s) for s in sources], run, text_field, max_tokens)
 
 
-def evaluate(model: str | Path | Pretrained, data: str | Path | Sequence[str | Path] | None = None,
+def evaluate(model: str | Path | Run, data: str | Path | Sequence[str | Path] | None = None,
              pairs: Sequence[str | Path] | str | Path | None = None, *, stride: int | None = None,
              split: str = "validation", max_tokens: int | None = None, text_field: str = "text",
              group_by: Sequence[str] | None = None, checkpoint: str = "best",
              device: str | torch.device = "cpu", batch_tokens: int = DEFAULT_BATCH_TOKENS,
              progress: bool = False) -> dict:
-    """Evaluate a run directory (or a loaded `Pretrained`) on text and/or minimal pairs.
+    """Evaluate a run directory (or a loaded `Run`) on text and/or minimal pairs.
 
     `data`: a prepared dataset (its validation split unless `split` says otherwise) or text
     files; `pairs`: BLiMP-format .jsonl files or directories of them. Returns
@@ -73,33 +73,33 @@ def evaluate(model: str | Path | Pretrained, data: str | Path | Sequence[str | P
     if data is None and pairs is None:
         raise ValueError("nothing to evaluate: give data (a prepared dataset or text files) "
                          "and/or minimal pairs")
-    pretrained = model if isinstance(model, Pretrained) else load(model, checkpoint, device)
+    run = model if isinstance(model, Run) else load_run(model, checkpoint, device)
     pair_paths = [pairs] if isinstance(pairs, str | Path) else pairs
     pair_list = read_pairs(pair_paths, group_by) if pair_paths is not None else None
-    rules = rules_for(pretrained.objectives, pretrained.special)
-    result = {"run": str(pretrained.run), "objective": pretrained.objective,
-              "checkpoint": pretrained.checkpoint.name if pretrained.checkpoint else None}
+    rules = rules_for(run.objective, run.special)
+    result = {"run": str(run.path), "objective": run.spec,
+              "checkpoint": run.checkpoint.name if run.checkpoint else None}
     if data is not None:
-        text = evaluation_text(data, pretrained, split, text_field, max_tokens)
+        text = evaluation_text(data, run, split, text_field, max_tokens)
         result["data"] = {"source": text.source, "documents": len(text.documents),
                           "tokens": text.tokens, "bytes": text.bytes}
-        result["perplexity"] = [text_metrics(pretrained.model, rule, text, stride, batch_tokens,
+        result["perplexity"] = [text_metrics(run.model, rule, text, stride, batch_tokens,
                                              progress) for rule in rules]
     if pair_list is not None:
         result["pairs"] = {"files": [str(p) for p in pair_files(pair_paths)],
                            "pairs": len(pair_list)}
-        result["minimal_pairs"] = [_pair_results(pretrained, rule, pair_list, batch_tokens,
+        result["minimal_pairs"] = [_pair_results(run, rule, pair_list, batch_tokens,
                                                  progress) for rule in rules]
     return result
 
 
-def _pair_results(pretrained: Pretrained, rule: ScoringRule, pairs, batch_tokens: int,
+def _pair_results(run: Run, rule: ScoringRule, pairs, batch_tokens: int,
                   progress: bool) -> dict:
     timing = {}
 
     def score(sentences: list[str]):
         start = time.perf_counter()
-        scores = score_texts(pretrained, sentences, rule.name, batch_tokens=batch_tokens,
+        scores = score_texts(run, sentences, rule.name, batch_tokens=batch_tokens,
                              progress=progress)
         timing.update(sentences=len(sentences), tokens_scored=int(scores.predictions.sum()),
                       seconds=time.perf_counter() - start)

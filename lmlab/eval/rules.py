@@ -11,7 +11,7 @@ in every window, as they do for a piece of a document cut from a training block.
     prefix  (prefix LM) as causal, but a window's context that earlier windows already
             scored is its bidirectional prefix, as in training; the first window's prefix is
             the document's first token.
-    pseudo  (mlm, mlm+nsp) pseudo-log-likelihood (Salazar et al. 2020): every ordinary
+    pseudo  (masked LM) pseudo-log-likelihood (Salazar et al. 2020): every ordinary
             token is replaced by [MASK] once and the log-probability of the original is read
             at its position, one masked copy per row. mlm+nsp models read `[CLS] text [SEP]`
             as in BERT. pseudo-next (mntp, masked next-token) reads the prediction one
@@ -32,7 +32,8 @@ from torch import Tensor
 
 from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model.masks import Kind
-from lmlab.objectives.base import SpecialTokens
+from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.objectives.traits import Traits
 
 
 @dataclass
@@ -116,11 +117,10 @@ class MaskedScoring(ScoringRule):
     attention = "bidirectional"
     perplexity_name = "pseudo-perplexity"
 
-    def __init__(self, special: SpecialTokens, next_token: bool = False,
+    def __init__(self, special: SpecialTokens, head: str = "mlm", next_token: bool = False,
                  framed: bool = False) -> None:
         super().__init__(special)
-        self.next_token, self.framed = next_token, framed
-        self.head = "lm" if next_token else "mlm"
+        self.head, self.next_token, self.framed = head, next_token, framed
         self.name = "pseudo-next" if next_token else "pseudo"
         where = ("read one position earlier (masked next-token); a document's first token "
                  "is given" if next_token else "read at the mask")
@@ -183,23 +183,23 @@ class SpanScoring(ScoringRule):
                         prefix_len=torch.full((count,), inputs))
 
 
-# Each base training objective's scoring rule: the one name → rule table.
-OBJECTIVE_RULES: dict[str, Callable[[SpecialTokens], ScoringRule]] = {
-    "clm": NextTokenScoring,
-    "prefix": lambda special: NextTokenScoring(special, prefix=True),
-    "mlm": MaskedScoring,
-    "mlm+nsp": lambda special: MaskedScoring(special, framed=True),
-    "mntp": lambda special: MaskedScoring(special, next_token=True),
-    "span": SpanScoring,
+# Each rule by the name an objective declares for itself (Traits.scoring).
+RULES: dict[str, Callable[[SpecialTokens, Traits], ScoringRule]] = {
+    "causal": lambda special, traits: NextTokenScoring(special),
+    "prefix": lambda special, traits: NextTokenScoring(special, prefix=True),
+    "pseudo": lambda special, traits: MaskedScoring(
+        special, head=traits.fill_mask[0], framed=traits.framing == "pair"),
+    "pseudo-next": lambda special, traits: MaskedScoring(
+        special, head=traits.fill_mask[0], next_token=True, framed=traits.framing == "pair"),
+    "span": lambda special, traits: SpanScoring(special),
 }
 
 
-def rules_for(objectives: list[str], special: SpecialTokens) -> list[ScoringRule]:
-    """The scoring rules of a model trained with `objectives` (base names), one per kind."""
+def rules_for(objective: Objective, special: SpecialTokens) -> list[ScoringRule]:
+    """The scoring rules of a model trained with `objective`, one per kind, in the order of
+    its parts."""
     rules: dict[str, ScoringRule] = {}
-    for objective in objectives:
-        if objective not in OBJECTIVE_RULES:
-            raise ValueError(f"no scoring rule for objective {objective!r}")
-        rule = OBJECTIVE_RULES[objective](special)
+    for leaf in objective.leaves():
+        rule = RULES[leaf.traits.scoring](special, leaf.traits)
         rules.setdefault(rule.name, rule)
     return list(rules.values())

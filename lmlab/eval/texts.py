@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from lmlab.data.corpus import read_sources
 from lmlab.data.dataset import open_dataset
 from lmlab.data.errors import DataError
-from lmlab.infer.pretrained import Pretrained
+from lmlab.runs import Run
 
 ENCODE_BATCH = 256
 
@@ -44,14 +44,14 @@ def _take(items: Iterable, max_tokens: int | None, size: Callable = len) -> Iter
         yield item
 
 
-def dataset_text(path: str | Path, split: str, pretrained: Pretrained,
+def dataset_text(path: str | Path, split: str, run: Run,
                  max_tokens: int | None = None) -> EvalText:
     dataset = open_dataset(Path(path))
     splits = {"train": dataset.train, "validation": dataset.validation}
     if split not in splits:
         raise DataError(f"{path}: no split {split!r}; choose train or validation")
     tokenizer = Tokenizer.from_str(dataset.tokenizer_json)
-    _check_same_tokenizer(pretrained, tokenizer, dataset.special, path)
+    _check_same_tokenizer(run, tokenizer, dataset.special, path)
     stream, eos = splits[split], dataset.special.eos
 
     def documents() -> Iterator[np.ndarray]:
@@ -64,16 +64,16 @@ def dataset_text(path: str | Path, split: str, pretrained: Pretrained,
     return EvalText(f"{path} ({split})", chosen, sum(len(t.encode("utf-8")) for t in texts))
 
 
-def _check_same_tokenizer(pretrained: Pretrained, tokenizer: Tokenizer, special,
+def _check_same_tokenizer(run: Run, tokenizer: Tokenizer, special,
                           path) -> None:
-    if pretrained.tokenizer is None:
-        same = special == pretrained.special
+    if run.tokenizer is None:
+        same = special == run.special
     else:
         same = (tokenizer.get_vocab(with_added_tokens=True)
-                == pretrained.tokenizer.get_vocab(with_added_tokens=True))
+                == run.tokenizer.get_vocab(with_added_tokens=True))
     if not same:
         raise DataError(f"{path} was tokenised with another tokenizer than the run "
-                        f"{pretrained.run}; evaluate on text files or a dataset prepared "
+                        f"{run.path}; evaluate on text files or a dataset prepared "
                         "for this run")
 
 
@@ -83,9 +83,9 @@ def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]
     return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
 
-def file_text(sources: Sequence[str], pretrained: Pretrained, text_field: str = "text",
+def file_text(sources: Sequence[str], run: Run, text_field: str = "text",
               max_tokens: int | None = None) -> EvalText:
-    tokenizer = pretrained.require_tokenizer()
+    tokenizer = run.require_tokenizer()
 
     def encoded() -> Iterator[tuple[np.ndarray, str]]:
         batch: list[str] = []

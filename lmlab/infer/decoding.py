@@ -25,6 +25,16 @@ def room_for_new_tokens(model: LanguageModel, prompt_len: int) -> int:
     return model.cfg.max_seq_len - prompt_len + 1
 
 
+def _prefill_mask(lengths: Tensor, padded_len: int, prefix_lens: Sequence[int] | None,
+                  segment_ids: Tensor | None, device) -> MaskSpec:
+    """Causal over the left-padded prompts, or each row's prefix read bidirectionally."""
+    if prefix_lens is None:
+        return MaskSpec("causal", segment_ids=segment_ids)
+    starts = padded_len - lengths  # each row's first real column
+    prefix_len = (starts + torch.as_tensor(prefix_lens)).to(device)
+    return MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segment_ids)
+
+
 @torch.inference_mode()
 def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sampling,
            max_new_tokens: int, pad_id: int, prefix_lens: Sequence[int] | None = None,
@@ -54,13 +64,8 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
     def segments_until(end: int) -> Tensor | None:
         return all_segments[:, :end] if has_padding else None
 
-    if prefix_lens is None:
-        prefill_mask = MaskSpec("causal", segment_ids=segments_until(padded_len))
-    else:
-        starts = padded_len - lengths  # each row's first real column
-        prefix_len = (starts + torch.as_tensor(prefix_lens)).to(device)
-        prefill_mask = MaskSpec("prefix", prefix_len=prefix_len,
-                                segment_ids=segments_until(padded_len))
+    prefill_mask = _prefill_mask(lengths, padded_len, prefix_lens,
+                                 segments_until(padded_len), device)
     dtype = next(model.parameters()).dtype
     cache = KVCache(model.cfg, batch, total_len, device, dtype)
     ids = ids.to(device)

@@ -11,44 +11,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from lmlab.atomic import atomic_write
-from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document, reads_causally
+from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document
 from lmlab.model import MaskSpec
-
-if TYPE_CHECKING:
-    from lmlab.infer.pretrained import Pretrained
+from lmlab.runs import Run
 
 POOLINGS = ("mean", "cls")
 
 
-def embed(pretrained: Pretrained, texts: Text | Sequence[Text], pooling: str = "mean",
+def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",
           normalize: bool = False, batch_size: int = 32) -> np.ndarray:
     """(d_model,) float32 for one text, (N, d_model) for a list; `normalize` scales each to
     unit length (cosine similarity is then a dot product)."""
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
-    causal = reads_causally(pretrained)
+    causal = run.objective.reads_causally
     if pooling == "cls" and causal:
-        raise ValueError(f"{pretrained.run}: cls pooling reads the first position, which a "
+        raise ValueError(f"{run.path}: cls pooling reads the first position, which a "
                          "causal model computes from the first token alone; use mean pooling")
     items, single = as_batch(texts)
     documents = []
     for index, item in enumerate(items):
-        ids = encode(pretrained, item)
+        ids = encode(run, item)
         if not ids:
             raise ValueError(f"text {index + 1} is empty")
-        documents.append(reading_document(pretrained, ids))
+        documents.append(reading_document(run, ids))
     vectors = []
     starts = range(0, len(documents), batch_size)
     for start in tqdm(starts, desc="embed", unit="batch", disable=len(starts) < 2):
         chunk = documents[start: start + batch_size]
-        vectors.append(_embed_batch(pretrained, chunk, pooling, causal))
+        vectors.append(_embed_batch(run, chunk, pooling, causal))
     out = torch.cat(vectors)
     if normalize:
         out = torch.nn.functional.normalize(out, dim=-1)
@@ -57,12 +54,12 @@ def embed(pretrained: Pretrained, texts: Text | Sequence[Text], pooling: str = "
 
 
 @torch.inference_mode()
-def _embed_batch(pretrained: Pretrained, documents: list[tuple[list[int], slice]],
+def _embed_batch(run: Run, documents: list[tuple[list[int], slice]],
                  pooling: str, causal: bool) -> torch.Tensor:
-    ids, segments = pad_right([ids for ids, _ in documents], pretrained.special.pad)
-    ids, segments = ids.to(pretrained.device), segments.to(pretrained.device)
+    ids, segments = pad_right([ids for ids, _ in documents], run.special.pad)
+    ids, segments = ids.to(run.device), segments.to(run.device)
     kind = "causal" if causal else "bidirectional"
-    hidden = pretrained.model(ids, MaskSpec(kind, segment_ids=segments), predict_at={})["hidden"]
+    hidden = run.model(ids, MaskSpec(kind, segment_ids=segments), predict_at={})["hidden"]
     hidden = hidden.float()  # (B, T, d)
     if pooling == "cls":
         return hidden[:, 0]

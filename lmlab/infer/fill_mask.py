@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -24,9 +23,7 @@ from lmlab.infer.inputs import (
 )
 from lmlab.model import MaskSpec
 from lmlab.objectives.base import flat_positions
-
-if TYPE_CHECKING:
-    from lmlab.infer.pretrained import Pretrained
+from lmlab.runs import Run
 
 
 @dataclass(frozen=True)
@@ -41,22 +38,22 @@ def _shown(text: Text, limit: int = 40) -> str:
     return repr(shown if len(shown) <= limit else shown[: limit - 1] + "…")
 
 
-def _token_text(pretrained: Pretrained, token_id: int) -> str:
-    if pretrained.tokenizer is None:
+def _token_text(run: Run, token_id: int) -> str:
+    if run.tokenizer is None:
         return str(token_id)
-    return pretrained.tokenizer.decode([token_id], skip_special_tokens=False)
+    return run.tokenizer.decode([token_id], skip_special_tokens=False)
 
 
-def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int = 5,
+def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
               batch_size: int = 32) -> list[list[Candidate]] | list[list[list[Candidate]]]:
     """For each text, for each of its masks in order, the `top_k` candidates, best first.
 
     `texts` is one text or a list; texts contain "[MASK]" (or, as ids, the mask id). Returns
     the list of masks of one text, or one such list per text.
     """
-    if not pretrained.can_fill_mask:
-        raise ValueError(f"{pretrained.run}: the model has no masked-LM head (trained with "
-                         f"{pretrained.objective}); fill-mask needs a model trained with mlm, "
+    if run.objective.fill_mask_head is None:
+        raise ValueError(f"{run.path}: the model has no masked-LM head (trained with "
+                         f"{run.spec}); fill-mask needs a model trained with mlm, "
                          "mlm+nsp, mntp or a mix including one of them")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -64,11 +61,11 @@ def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int =
     rows = []
     for index, item in enumerate(items):
         text = absorb_space_before(item, MASK_TEXT) if isinstance(item, str) else item
-        ids = encode(pretrained, text)
-        if pretrained.special.mask not in ids:
+        ids = encode(run, text)
+        if run.special.mask not in ids:
             raise ValueError(f"text {index + 1} has no {MASK_TEXT} token: {_shown(item)}")
-        row = reading_document(pretrained, ids)[0]
-        if pretrained.fill_mask_head[1] and row[0] == pretrained.special.mask:
+        row = reading_document(run, ids)[0]
+        if run.objective.fill_mask_head[1] and row[0] == run.special.mask:
             raise ValueError(f"text {index + 1} starts with {MASK_TEXT}: this masked next-token "
                              "(mntp) model predicts each token from the one before it; put a "
                              f"token before the first mask: {_shown(item)}")
@@ -76,24 +73,24 @@ def fill_mask(pretrained: Pretrained, texts: Text | Sequence[Text], top_k: int =
     results = []
     starts = range(0, len(rows), batch_size)
     for start in tqdm(starts, desc="fill-mask", unit="batch", disable=len(starts) < 2):
-        results.extend(_fill_batch(pretrained, rows[start: start + batch_size], top_k))
+        results.extend(_fill_batch(run, rows[start: start + batch_size], top_k))
     return results[0] if single else results
 
 
 @torch.inference_mode()
-def _fill_batch(pretrained: Pretrained, rows: list[list[int]],
+def _fill_batch(run: Run, rows: list[list[int]],
                 top_k: int) -> list[list[list[Candidate]]]:
-    ids, segments = pad_right(rows, pretrained.special.pad)
-    ids, segments = ids.to(pretrained.device), segments.to(pretrained.device)
-    is_mask = ids == pretrained.special.mask
-    head, shift = pretrained.fill_mask_head
+    ids, segments = pad_right(rows, run.special.pad)
+    ids, segments = ids.to(run.device), segments.to(run.device)
+    is_mask = ids == run.special.mask
+    head, shift = run.objective.fill_mask_head
     at = flat_positions(is_mask) - shift
-    logits = pretrained.model(ids, MaskSpec("bidirectional", segment_ids=segments),
+    logits = run.model(ids, MaskSpec("bidirectional", segment_ids=segments),
                               predict_at={head: at})[head]  # (masks, V)
     probabilities, token_ids = logits.float().softmax(dim=-1).topk(
         min(top_k, logits.shape[-1]), dim=-1)
     masks_per_row = is_mask.sum(dim=1).tolist()
-    flat = [[Candidate(_token_text(pretrained, token), token, probability)
+    flat = [[Candidate(_token_text(run, token), token, probability)
              for token, probability in zip(tokens, probs, strict=True)]
             for tokens, probs in zip(token_ids.tolist(), probabilities.tolist(), strict=True)]
     grouped, cursor = [], 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,9 +21,7 @@ from lmlab.infer.infill import has_gaps, splice, split_spans, with_sentinels
 from lmlab.infer.inputs import Text, as_batch, encode
 from lmlab.infer.sampling import Sampling
 from lmlab.infer.text_stream import IncrementalText
-
-if TYPE_CHECKING:
-    from lmlab.infer.pretrained import Pretrained
+from lmlab.runs import Run
 
 
 @dataclass
@@ -64,59 +61,59 @@ class _Row:
     finish_reason: str | None = None
 
 
-def refusal(pretrained: Pretrained) -> str:
-    return (f"{pretrained.run}: the model was trained with {pretrained.objective} only, which "
+def refusal(run: Run) -> str:
+    return (f"{run.path}: the model was trained with {run.spec} only, which "
             "reads text bidirectionally and never learns to predict the next token, so it "
             "cannot generate; train with --objective clm, prefix or span, or a mix with clm "
             "such as mix:clm=1,mlm=15")
 
 
-def generation_mode(pretrained: Pretrained, prompt: Text) -> str:
+def generation_mode(run: Run, prompt: Text) -> str:
     """How `prompt` will be continued: "causal", "prefix" or "infill"."""
-    if not pretrained.can_generate:
-        raise ValueError(refusal(pretrained))
-    objectives = set(pretrained.objectives)
-    if "span" in objectives:
+    modes = run.objective.generation_modes
+    if not modes:
+        raise ValueError(refusal(run))
+    if "infill" in modes:
         if isinstance(prompt, str):
             gaps = has_gaps(prompt)
         else:
-            gaps = bool(set(encode(pretrained, prompt)) & set(pretrained.special.sentinels))
-        if gaps or not objectives & {"clm", "prefix"}:
+            gaps = bool(set(encode(run, prompt)) & set(run.special.sentinels))
+        if gaps or not modes & {"causal", "prefix"}:
             return "infill"
-    return "prefix" if "prefix" in objectives else "causal"
+    return "prefix" if "prefix" in modes else "causal"
 
 
-def prepare_prompt(pretrained: Pretrained, prompt: Text, max_new_tokens: int = 1,
+def prepare_prompt(run: Run, prompt: Text, max_new_tokens: int = 1,
                    truncate_left: bool = False) -> PreparedPrompt:
     """The token ids the model will read for `prompt`, laid out as in training."""
-    mode = generation_mode(pretrained, prompt)
-    special = pretrained.special
+    mode = generation_mode(run, prompt)
+    special = run.special
     if mode != "infill":
-        ids = encode(pretrained, prompt)
+        ids = encode(run, prompt)
         if not ids:
             raise ValueError("the prompt is empty; give at least one token to continue")
-        return PreparedPrompt(_fit_context(pretrained, ids, max_new_tokens, truncate_left), mode)
+        return PreparedPrompt(_fit_context(run, ids, max_new_tokens, truncate_left), mode)
     if isinstance(prompt, str):
         marked, gaps = with_sentinels(prompt, len(special.sentinels))
-        ids = encode(pretrained, marked)
+        ids = encode(run, marked)
     else:
-        ids = encode(pretrained, prompt)
+        ids = encode(run, prompt)
         gaps = sum(token in special.sentinels for token in ids)
         if not gaps:
             ids, gaps = [*ids, special.sentinels[0]], 1
     ids = [*ids, special.eos, special.sentinels[0]]
-    if len(ids) > pretrained.max_seq_len:
+    if len(ids) > run.max_seq_len:
         raise ValueError(f"the prompt is {len(ids)} tokens with its sentinels, longer than the "
-                         f"model's context of {pretrained.max_seq_len}; shorten it (a prompt "
+                         f"model's context of {run.max_seq_len}; shorten it (a prompt "
                          "to infill cannot be truncated)")
     return PreparedPrompt(ids, mode, gaps)
 
 
-def _fit_context(pretrained: Pretrained, ids: list[int], max_new_tokens: int,
+def _fit_context(run: Run, ids: list[int], max_new_tokens: int,
                  truncate_left: bool) -> list[int]:
     """The prompt, checked against the context; with `truncate_left`, its last tokens, leaving
     room for the new ones (at most half the context)."""
-    context = pretrained.max_seq_len
+    context = run.max_seq_len
     if truncate_left:
         keep = context + 1 - min(max_new_tokens, context // 2)
         return ids[-keep:]
@@ -151,28 +148,28 @@ class GenerationOptions:
                         self.greedy)
 
 
-def _start_rows(pretrained: Pretrained, prompts: list, max_new_tokens: int,
+def _start_rows(run: Run, prompts: list, max_new_tokens: int,
                 options: GenerationOptions) -> list[_Row]:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if options.num_samples < 1:
         raise ValueError(f"num_samples must be at least 1, got {options.num_samples}")
-    if options.stop and pretrained.tokenizer is None:
+    if options.stop and run.tokenizer is None:
         raise ValueError("stop strings need the run's tokenizer; this run has none")
     rows = []
     for prompt in prompts:
-        prepared = prepare_prompt(pretrained, prompt, max_new_tokens, options.truncate_left)
+        prepared = prepare_prompt(run, prompt, max_new_tokens, options.truncate_left)
         for _ in range(options.num_samples):
-            reads_text = pretrained.tokenizer is not None and prepared.mode != "infill"
-            text = IncrementalText(pretrained.tokenizer, options.stop) if reads_text else None
-            first = [pretrained.special.sentinels[0]] if prepared.mode == "infill" else []
+            reads_text = run.tokenizer is not None and prepared.mode != "infill"
+            text = IncrementalText(run.tokenizer, options.stop) if reads_text else None
+            first = [run.special.sentinels[0]] if prepared.mode == "infill" else []
             rows.append(_Row(prepared, text, first))
     return rows
 
 
-def _advance(row: _Row, token: int, pretrained: Pretrained, ignore_eos: bool) -> str:
+def _advance(row: _Row, token: int, run: Run, ignore_eos: bool) -> str:
     """Take one generated token; returns the text it made safe to show."""
-    special = pretrained.special
+    special = run.special
     ends = token == special.eos and not ignore_eos
     if row.prompt.mode == "infill" and token in special.sentinels[row.prompt.gaps:]:
         ends = True  # the model opened a gap that does not exist: every gap is filled
@@ -188,22 +185,22 @@ def _advance(row: _Row, token: int, pretrained: Pretrained, ignore_eos: bool) ->
     return piece
 
 
-def _run(pretrained: Pretrained, rows: list[_Row], max_new_tokens: int,
+def _run(run: Run, rows: list[_Row], max_new_tokens: int,
          options: GenerationOptions) -> Iterator[tuple[int, str]]:
     """Generate every row; yields (row index, text piece) as continuations become safe to
     show, and leaves each row's tokens and finish reason in `rows`."""
     generator = None
     if options.seed is not None:
-        generator = torch.Generator(pretrained.device).manual_seed(options.seed)
+        generator = torch.Generator(run.device).manual_seed(options.seed)
     prefix_lens = [row.prompt.prefix_len for row in rows]
     steps_taken = 0
-    for tokens in decode(pretrained.model, [row.prompt.ids for row in rows], options.sampling,
-                         max_new_tokens, pretrained.special.pad,
+    for tokens in decode(run.model, [row.prompt.ids for row in rows], options.sampling,
+                         max_new_tokens, run.special.pad,
                          prefix_lens if any(prefix_lens) else None, generator):
         steps_taken += 1
         for index, (row, token) in enumerate(zip(rows, tokens.tolist(), strict=True)):
             if row.finish_reason is None:
-                piece = _advance(row, token, pretrained, options.ignore_eos)
+                piece = _advance(row, token, run, options.ignore_eos)
                 if piece:
                     yield index, piece
         if all(row.finish_reason is not None for row in rows):
@@ -216,21 +213,21 @@ def _run(pretrained: Pretrained, rows: list[_Row], max_new_tokens: int,
                 yield index, piece
 
 
-def _result(pretrained: Pretrained, row: _Row) -> Generation:
-    tokenizer = pretrained.tokenizer
+def _result(run: Run, row: _Row) -> Generation:
+    tokenizer = run.tokenizer
     if row.prompt.mode != "infill":
         text = row.text.text if row.text is not None else None
         return Generation(text, row.ids, row.finish_reason)
-    spans = split_spans(row.ids, pretrained.special, row.prompt.gaps)
+    spans = split_spans(row.ids, run.special, row.prompt.gaps)
     if tokenizer is None:
         return Generation(None, row.ids, row.finish_reason, None, spans)
     source = row.prompt.ids[:-2]  # without the [EOS] and `<extra_id_0>` that follow the text
-    text = tokenizer.decode(splice(source, spans, pretrained.special))
+    text = tokenizer.decode(splice(source, spans, run.special))
     fills = [tokenizer.decode(span) for span in spans]
     return Generation(text, row.ids, row.finish_reason, fills, spans)
 
 
-def generate(pretrained: Pretrained, prompts: Text | Sequence[Text], max_new_tokens: int = 50,
+def generate(run: Run, prompts: Text | Sequence[Text], max_new_tokens: int = 50,
              on_text: Callable[[int, str], None] | None = None,
              **options) -> Generation | list[Generation]:
     """Continue (or infill) one prompt or a batch of prompts; `options` are the fields of
@@ -243,15 +240,15 @@ def generate(pretrained: Pretrained, prompts: Text | Sequence[Text], max_new_tok
     """
     settings = GenerationOptions(**options)
     items, single = as_batch(prompts)
-    rows = _start_rows(pretrained, items, max_new_tokens, settings)
-    for index, piece in _run(pretrained, rows, max_new_tokens, settings):
+    rows = _start_rows(run, items, max_new_tokens, settings)
+    for index, piece in _run(run, rows, max_new_tokens, settings):
         if on_text is not None:
             on_text(index, piece)
-    results = [_result(pretrained, row) for row in rows]
+    results = [_result(run, row) for row in rows]
     return results[0] if single and settings.num_samples == 1 else results
 
 
-def stream(pretrained: Pretrained, prompt: Text, max_new_tokens: int = 50,
+def stream(run: Run, prompt: Text, max_new_tokens: int = 50,
            **options) -> Iterator[str]:
     """Yield the continuation of one prompt piece by piece as it is generated (an infilled
     text comes whole at the end); `options` as for `generate`, one sample."""
@@ -259,9 +256,9 @@ def stream(pretrained: Pretrained, prompt: Text, max_new_tokens: int = 50,
     items, single = as_batch(prompt)
     if not single or settings.num_samples != 1:
         raise ValueError("stream takes one prompt and gives one sample; use generate for more")
-    pretrained.require_tokenizer()  # the pieces are text
-    rows = _start_rows(pretrained, items, max_new_tokens, settings)
-    for _, piece in _run(pretrained, rows, max_new_tokens, settings):
+    run.require_tokenizer()  # the pieces are text
+    rows = _start_rows(run, items, max_new_tokens, settings)
+    for _, piece in _run(run, rows, max_new_tokens, settings):
         yield piece
     if rows[0].prompt.mode == "infill":
-        yield str(_result(pretrained, rows[0]))
+        yield str(_result(run, rows[0]))

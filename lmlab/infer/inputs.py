@@ -1,21 +1,19 @@
 """User input (text or token ids) → token rows laid out as training laid them out.
 
 Training reads packed documents that each end with [EOS], with positions restarting at every
-document; `mlm+nsp` rows are `[CLS] A [SEP] B [SEP]`. A text given for reading (fill-mask,
-embeddings) becomes one such document.
+document; sentence-pair objectives (NSP) read `[CLS] A [SEP] B [SEP]` rows. A text given for
+reading (fill-mask, embeddings) becomes one such document.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from lmlab.infer.pretrained import Pretrained
+from lmlab.runs import Run
 
 # One input: a text, or the token ids of one text (for runs without a tokenizer).
 Text = str | Sequence[int] | Tensor
@@ -47,13 +45,13 @@ def absorb_space_before(text: str, marker: str) -> str:
     return re.sub(" " + re.escape(marker), marker, text)
 
 
-def encode(pretrained: Pretrained, item: Text) -> list[int]:
+def encode(run: Run, item: Text) -> list[int]:
     """Token ids of one text; ids given directly are checked against the vocabulary."""
     if isinstance(item, str):
         # As prepare encoded the training text: no post-processor's [CLS] ... [SEP].
-        return pretrained.require_tokenizer().encode(item, add_special_tokens=False).ids
+        return run.require_tokenizer().encode(item, add_special_tokens=False).ids
     ids = item.tolist() if isinstance(item, Tensor) else [int(i) for i in item]
-    vocab_size = pretrained.special.vocab_size
+    vocab_size = run.special.vocab_size
     outside = [i for i in ids if not 0 <= i < vocab_size]
     if outside:
         raise ValueError(f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})")
@@ -73,17 +71,12 @@ def parse_ids(text: str, mask_id: int | None = None) -> list[int]:
     return ids
 
 
-def reading_document(pretrained: Pretrained, ids: list[int]) -> tuple[list[int], slice]:
+def reading_document(run: Run, ids: list[int]) -> tuple[list[int], slice]:
     """One text as the model read documents in training, and where the text lies in it."""
-    special = pretrained.special
-    if "mlm+nsp" in pretrained.objectives:
+    special = run.special
+    if run.objective.framing == "pair":
         return [special.cls, *ids, special.sep], slice(1, 1 + len(ids))
     return [*ids, special.eos], slice(0, len(ids))
-
-
-def reads_causally(pretrained: Pretrained) -> bool:
-    """Whether the model only ever read text left to right (causal attention)."""
-    return set(pretrained.objectives) <= {"clm"}
 
 
 def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:

@@ -1,11 +1,16 @@
-"""Output heads. A vocabulary head can run only at chosen positions (`at`, flat indices into
-B·T): for MLM that skips the ~85% of rows of the costliest matmul that carry no target. It can
-also stop short of its decoder and return `Unprojected` features, which a loss projects and
-scores in one fused step (lmlab/model/linear_cross_entropy.py)."""
+"""Output heads, each declaring its kind: it predicts per token, per sequence, or per span.
+
+A token head runs at chosen positions (`at`, flat indices into B·T; None = everywhere): for
+MLM that skips the ~85% of rows of the costliest matmul that carry no target. A vocabulary
+head can also stop short of its decoder and return `Unprojected` features, which a loss
+projects and scores in one fused step (lmlab/model/linear_cross_entropy.py). A sequence head's
+`at` selects rows.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,10 +42,25 @@ class Unprojected:
                                     targets)
 
 
-class VocabularyHead(nn.Module):
+HeadKind = Literal["token", "sequence", "span"]
+
+
+class Head(nn.Module):
+    """An output head over the backbone's hidden states (B, T, d)."""
+
+    kind: HeadKind = "token"
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        """Share the input embedding, when the model ties it; only vocabulary heads do."""
+
+
+class VocabularyHead(Head):
     """Features at the requested positions → a (tied) decoder to vocabulary logits."""
 
     decoder: Linear
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        self.decoder.weight = embedding.weight
 
     def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
         raise NotImplementedError
@@ -56,11 +76,9 @@ class VocabularyHead(nn.Module):
 class LMHead(VocabularyHead):
     """Hidden state → vocabulary logits (GPT-2 / LLaMA style, no bias)."""
 
-    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.decoder = Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.decoder.weight = embedding.weight
 
     def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
         return gather_rows(hidden, at)
@@ -69,22 +87,22 @@ class LMHead(VocabularyHead):
 class MLMHead(VocabularyHead):
     """BERT's prediction head: dense → GELU → norm → (tied) decoder with an output bias."""
 
-    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.transform = Linear(cfg.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
         self.decoder = Linear(cfg.d_model, cfg.vocab_size)
-        if cfg.tie_embeddings:
-            self.decoder.weight = embedding.weight
 
     def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
         return self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
 
 
-class NSPHead(nn.Module):
+class NSPHead(Head):
     """Next-sentence prediction from the first ([CLS]) position: pooler (dense + tanh) → 2."""
 
-    def __init__(self, cfg: ModelConfig, embedding: nn.Embedding) -> None:
+    kind = "sequence"
+
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.pooler = Linear(cfg.d_model, cfg.d_model)
         self.classifier = Linear(cfg.d_model, 2)
@@ -94,5 +112,16 @@ class NSPHead(nn.Module):
         return self.classifier(self.pooler(cls).tanh())
 
 
-HEADS: dict[str, type[nn.Module]] = {"lm": LMHead, "mlm": MLMHead, "nsp": NSPHead}
-ROW_HEADS = frozenset({"nsp"})  # heads whose `at` selects rows, not flat token positions
+# Heads by the name objectives and batches use for them.
+HEADS: dict[str, type[Head]] = {"lm": LMHead, "mlm": MLMHead, "nsp": NSPHead}
+
+
+def make_head(name: str, cfg: ModelConfig) -> Head:
+    if name not in HEADS:
+        raise ValueError(f"unknown head {name!r}; choose from {sorted(HEADS)}")
+    return HEADS[name](cfg)
+
+
+def selects_rows(name: str) -> bool:
+    """Whether the head called `name` is given rows, not flat token positions, as `at`."""
+    return HEADS[name].kind == "sequence"

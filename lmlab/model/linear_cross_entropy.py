@@ -132,7 +132,6 @@ class _Workspace:
         grad_w.add_(self.weight_floats.copy_(self.weight_products))
 
 
-@torch.compiler.disable
 def linear_cross_entropy(features: Tensor, weight: Tensor, bias: Tensor | None,
                          targets: Tensor) -> tuple[Tensor, Tensor]:
     """Σ cross-entropy(features · weightᵀ + bias, targets) over rows whose target is not

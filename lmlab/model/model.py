@@ -9,21 +9,27 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache
-from lmlab.model.heads import HEADS, VocabularyHead
+from lmlab.model.heads import Head, VocabularyHead, make_head
 from lmlab.model.masks import MaskSpec
 from lmlab.model.transformer import Transformer
 
 
 class LanguageModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, heads: Iterable[str] = ("lm",)) -> None:
+    """`heads` maps names to configured Head modules; names alone build the standard heads
+    (lm, mlm, nsp) from `cfg`. Vocabulary heads share the input embedding when `cfg` ties it.
+    Every weight is initialised here, heads included."""
+
+    def __init__(self, cfg: ModelConfig,
+                 heads: Iterable[str] | Mapping[str, Head] = ("lm",)) -> None:
         super().__init__()
-        unknown = set(heads) - set(HEADS)
-        if unknown:
-            raise ValueError(f"unknown head(s) {sorted(unknown)}; choose from {sorted(HEADS)}")
         self.cfg = cfg
         self.backbone = Transformer(cfg)
-        embedding = self.backbone.token_embedding
-        self.heads = nn.ModuleDict({name: HEADS[name](cfg, embedding) for name in heads})
+        if not isinstance(heads, Mapping):
+            heads = {name: make_head(name, cfg) for name in heads}
+        self.heads = nn.ModuleDict(heads)
+        if cfg.tie_embeddings:
+            for head in self.heads.values():
+                head.tie(self.backbone.token_embedding)
         self.apply(self._init_weights)
         # GPT-2: scale residual-branch outputs by 1/sqrt(2·layers) so the stream's variance
         # does not grow with depth.
@@ -43,10 +49,11 @@ class LanguageModel(nn.Module):
                 cache: KVCache | None = None, unprojected: bool = False) -> dict:
         """Run the backbone, then each requested head.
 
-        `predict_at` maps a head name to flat positions (indices into B·T; rows for `nsp`) or
-        None for every position; by default every head runs everywhere. Returns the hidden
-        states under "hidden" and each head's logits under its name; with `unprojected`,
-        vocabulary heads return `Unprojected` features for a fused loss instead of logits.
+        `predict_at` maps a head name to flat positions (indices into B·T; rows for a
+        sequence head) or None for every position; by default every head runs everywhere.
+        Returns the hidden states under "hidden" and each head's logits under its name; with
+        `unprojected`, vocabulary heads return `Unprojected` features for a fused loss
+        instead of logits.
         """
         hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache)
         requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)

@@ -15,9 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmlab.model.heads import ROW_HEADS, Unprojected
+from lmlab.model.heads import Unprojected, selects_rows
 from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
+from lmlab.objectives.traits import Traits
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class SpecialTokens:
 class Batch:
     """Model inputs, attention policy and targets for one micro-batch.
 
-    `predict_at` maps each head to flat positions (indices into B·T; rows for `nsp`) where it
+    `predict_at` maps each head to flat positions (indices into B·T; rows for a sequence head)
     must produce logits, or None for every position. `targets` holds the target id at each
     position, IGNORE_INDEX elsewhere.
     """
@@ -95,7 +96,7 @@ class Batch:
         predict_at = {}
         for head, at in self.predict_at.items():
             if at is not None:
-                first, last = (start, stop) if head in ROW_HEADS else (start * length,
+                first, last = (start, stop) if selects_rows(head) else (start * length,
                                                                       stop * length)
                 at = at[(at >= first) & (at < last)] - first
             predict_at[head] = at
@@ -148,6 +149,15 @@ def cross_entropy(output: Tensor | Unprojected, targets: Tensor) -> tuple[Tensor
     return losses.sum(), losses
 
 
+def empty_sum(output: Tensor | Unprojected) -> Tensor:
+    """The sum of a head's output on no position: zero, but joined to every weight the head
+    would use."""
+    if isinstance(output, Unprojected):
+        return cross_entropy(output, torch.empty(0, dtype=torch.long,
+                                                 device=output.features.device))[0]
+    return output.sum()
+
+
 def token_loss_sum(output: Tensor | Unprojected, targets: Tensor,
                    at: Tensor | None) -> tuple[Tensor, Tensor]:
     """Summed cross-entropy of a head's output against `targets` (B, T) at flat positions
@@ -157,10 +167,12 @@ def token_loss_sum(output: Tensor | Unprojected, targets: Tensor,
 
 
 class Objective:
-    """Base for token-prediction objectives: one vocabulary head, one loss term."""
+    """Base for objectives. A plain objective declares its `traits` and, by default, has one
+    vocabulary head and one loss term; a composite (Mixture, Alternating) overrides `leaves`,
+    and every capability below is then read off its parts."""
 
     name: str = "objective"
-    heads: tuple[str, ...] = ("lm",)
+    traits: Traits
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         raise NotImplementedError
@@ -174,6 +186,65 @@ class Objective:
         (head,) = self.heads
         return LossSum({self.name: token_loss_sum(outputs[head], batch.targets,
                                                   batch.predict_at[head])})
+
+    @property
+    def token_term(self) -> str:
+        """The loss term of its token predictions (perplexity, accuracy)."""
+        return self.name
+
+    def for_run(self, total_steps: int) -> Objective:
+        """This objective for a run of `total_steps` (schedules over the whole run need its
+        length, known only once the budget is timed); itself when nothing depends on it."""
+        return self
+
+    def for_evaluation(self) -> Objective:
+        """The objective validation scores with: itself, unless its training randomness
+        should be fixed so that runs stay comparable (see MaskedLM)."""
+        return self
+
+    # What a model trained with this objective can do, read off the plain objectives in it.
+
+    def leaves(self) -> list[Objective]:
+        """The plain objectives this one is made of (itself when it is plain)."""
+        return [self]
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(h for leaf in self.leaves() for h in leaf.traits.heads))
+
+    @property
+    def packing(self) -> str:
+        needs = {leaf.traits.packing for leaf in self.leaves()}
+        return "sentences" if "sentences" in needs else "any"
+
+    @property
+    def framing(self) -> str:
+        framings = {leaf.traits.framing for leaf in self.leaves()}
+        return "pair" if "pair" in framings else "document"
+
+    @property
+    def generation_modes(self) -> set[str]:
+        return {leaf.traits.generation for leaf in self.leaves()} - {None}
+
+    @property
+    def can_generate(self) -> bool:
+        return bool(self.generation_modes)
+
+    @property
+    def fill_mask_head(self) -> tuple[str, int] | None:
+        """(head, shift) that predicts a [MASK] `shift` positions before it, or None."""
+        found = [leaf.traits.fill_mask for leaf in self.leaves() if leaf.traits.fill_mask]
+        return found[0] if found else None
+
+    @property
+    def reads_causally(self) -> bool:
+        """Whether the model only ever read text left to right."""
+        return all(leaf.traits.attention == "causal" for leaf in self.leaves())
+
+    @property
+    def predicted_fraction(self) -> float:
+        """Share of positions that run a vocabulary head per step (for FLOP counting)."""
+        return self.traits.predicted_fraction
 
 
 def next_token_targets(tokens: Tensor, segment_ids: Tensor) -> Tensor:

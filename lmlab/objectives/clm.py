@@ -8,6 +8,7 @@ from torch import Tensor
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Batch, Objective, SpecialTokens, next_token_targets
 from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.traits import Traits
 
 
 class CausalLM(Objective):
@@ -19,7 +20,7 @@ class CausalLM(Objective):
     """
 
     name = "clm"
-    heads = ("lm",)
+    traits = Traits(attention="causal", heads=("lm",), scoring="causal", generation="causal")
 
     def __init__(self, special: SpecialTokens) -> None:
         self.special = special

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lmlab.model.heads import ROW_HEADS
+from lmlab.model.heads import selects_rows
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, cross_entropy
+from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, cross_entropy, empty_sum
 
 
 def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:
@@ -50,7 +50,7 @@ def concatenate_batches(parts: list[Batch]) -> Batch:
         for head, at in part.predict_at.items():
             if at is None:
                 at = torch.arange(part.input_ids.numel())
-            shift = row_offset if head in ROW_HEADS else row_offset * length
+            shift = row_offset if selects_rows(head) else row_offset * length
             predict_at.setdefault(head, []).append(at + shift)
         row_offset += len(part.input_ids)
     types = [p.token_type_ids if p.token_type_ids is not None
@@ -81,12 +81,26 @@ class Mixture(Objective):
             raise ValueError("a mixture needs one weight per objective")
         if min(weights) <= 0:
             raise ValueError("mixture weights must be positive")
-        if any("nsp" in o.heads for o in objectives):
-            raise ValueError("next-sentence prediction cannot be mixed; use it on its own")
+        for objective in objectives:
+            if objective.packing != "any":  # rows of one layout cannot suit both
+                raise ValueError(f"{objective.name} needs whole-sentence rows, so it cannot "
+                                 "be mixed; use it on its own")
         self.objectives, self.weights = objectives, weights
-        self.heads = tuple(dict.fromkeys(h for o in objectives for h in o.heads))
         names = [o.name for o in objectives]
         self.part_names = [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
+
+    def leaves(self) -> list[Objective]:
+        return [leaf for o in self.objectives for leaf in o.leaves()]
+
+    def for_run(self, total_steps: int) -> Mixture:
+        return Mixture([o.for_run(total_steps) for o in self.objectives], self.weights)
+
+    @property
+    def predicted_fraction(self) -> float:
+        """Each part's share of the rows times its own fraction."""
+        total = sum(self.weights)
+        return sum(w / total * o.predicted_fraction
+                   for o, w in zip(self.objectives, self.weights, strict=True))
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         counts = rows_per_objective(len(tokens), self.weights)
@@ -128,7 +142,16 @@ class Alternating(Objective):
         if not objectives or every_steps < 1:
             raise ValueError("alternation needs objectives and every_steps >= 1")
         self.objectives, self.every_steps = objectives, every_steps
-        self.heads = tuple(dict.fromkeys(h for o in objectives for h in o.heads))
+
+    def leaves(self) -> list[Objective]:
+        return [leaf for o in self.objectives for leaf in o.leaves()]
+
+    def for_run(self, total_steps: int) -> Alternating:
+        return Alternating([o.for_run(total_steps) for o in self.objectives], self.every_steps)
+
+    @property
+    def predicted_fraction(self) -> float:
+        return sum(o.predicted_fraction for o in self.objectives) / len(self.objectives)
 
     def index_at(self, step: int) -> int:
         return (step // self.every_steps) % len(self.objectives)
@@ -137,10 +160,19 @@ class Alternating(Objective):
         index = self.index_at(step)
         batch = self.objectives[index].make_batch(tokens, generator, step)
         batch.extras["objective_index"] = torch.tensor(index)
+        for head in self.heads:  # idle heads run on no position (see `loss`)
+            batch.predict_at.setdefault(head, torch.empty(0, dtype=torch.long))
         return batch
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         return self.objectives[int(batch.extras["objective_index"])].target_counts(batch)
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-        return self.objectives[int(batch.extras["objective_index"])].loss(outputs, batch)
+        """The current part's loss. The idle heads' outputs, on no position, add an exact zero
+        that gives every head a (zero) gradient each step, as data parallelism requires."""
+        part = self.objectives[int(batch.extras["objective_index"])]
+        result = part.loss(outputs, batch)
+        idle = sum(empty_sum(outputs[head]) for head in self.heads if head not in part.heads)
+        term, (loss_sum, count) = next(iter(result.terms.items()))
+        result.terms[term] = (loss_sum + idle, count)
+        return result

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -18,18 +19,25 @@ from lmlab.objectives.base import (
     flat_positions,
 )
 from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.traits import Traits
+
+EVAL_MASK_RATE = 0.15
 
 
 @dataclass(frozen=True)
 class LinearRate:
     """A masking rate moving linearly from `start` to `end` over `steps` (then constant);
-    e.g. LinearRate(0.30, 0.15, 10_000) as in Ankner et al. 2024."""
+    e.g. LinearRate(0.30, 0.15, 10_000) as in Ankner et al. 2024. `steps=None` means over the
+    whole run, fixed once its length is known (`MaskedLM.for_run`); until then the rate stays
+    at `start`."""
 
     start: float
     end: float
-    steps: int
+    steps: int | None = None
 
     def __call__(self, step: int) -> float:
+        if self.steps is None:
+            return self.start
         progress = min(max(step / max(self.steps, 1), 0.0), 1.0)
         return self.start + (self.end - self.start) * progress
 
@@ -73,10 +81,32 @@ class MaskedLM(Objective):
         self.word_start_table = word_start_table
         self.next_token = next_token
         self.head = head or ("lm" if next_token else "mlm")
-        self.heads = (self.head,)
         self.isolate_documents = isolate_documents
         self._special_table = special.special_table()
         self._ordinary_ids = special.ordinary_ids()
+
+    @property
+    def traits(self) -> Traits:
+        final_rate = self.rate.end if isinstance(self.rate, LinearRate) else self.rate
+        # A masked next-token model predicts each mask from the position before it.
+        return Traits(attention="bidirectional", heads=(self.head,),
+                      scoring="pseudo-next" if self.next_token else "pseudo",
+                      fill_mask=(self.head, 1 if self.next_token else 0),
+                      predicted_fraction=final_rate)
+
+    def for_run(self, total_steps: int) -> MaskedLM:
+        if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:
+            return self
+        fixed = copy.copy(self)
+        fixed.rate = replace(self.rate, steps=total_steps)
+        return fixed
+
+    def for_evaluation(self) -> MaskedLM:
+        """The same masking at a fixed rate and split (15%, 80/10/10), whatever this one
+        trains with, so that runs with different masking are scored alike."""
+        return MaskedLM(self.special, rate=EVAL_MASK_RATE, whole_word=self.whole_word,
+                        word_start_table=self.word_start_table, next_token=self.next_token,
+                        head=self.head)
 
     def rate_at(self, step: int) -> float:
         return self.rate(step) if callable(self.rate) else self.rate

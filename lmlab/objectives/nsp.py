@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -9,6 +11,7 @@ from torch import Tensor
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, flat_positions
 from lmlab.objectives.mlm import MaskedLM
+from lmlab.objectives.traits import Traits
 
 IS_NEXT, NOT_NEXT = 0, 1  # Hugging Face's convention for next_sentence_label
 
@@ -51,7 +54,21 @@ class MaskedLMWithNSP(Objective):
     def __init__(self, mlm: MaskedLM) -> None:
         self.mlm = mlm
         self.special = mlm.special
-        self.heads = (mlm.head, "nsp")
+
+    @property
+    def traits(self) -> Traits:
+        return replace(self.mlm.traits, heads=(self.mlm.head, "nsp"), packing="sentences",
+                       framing="pair")
+
+    @property
+    def token_term(self) -> str:
+        return self.mlm.name
+
+    def for_run(self, total_steps: int) -> MaskedLMWithNSP:
+        return MaskedLMWithNSP(self.mlm.for_run(total_steps))
+
+    def for_evaluation(self) -> MaskedLMWithNSP:
+        return MaskedLMWithNSP(self.mlm.for_evaluation())
 
     def _pick_b(self, rows: list[list[Tensor]], index: int, split: int,
                 generator: torch.Generator) -> tuple[list[Tensor], int]:

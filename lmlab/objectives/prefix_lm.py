@@ -15,6 +15,7 @@ from lmlab.objectives.base import (
     next_token_targets,
 )
 from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.traits import Traits
 
 
 class PrefixLM(Objective):
@@ -30,7 +31,7 @@ class PrefixLM(Objective):
     """
 
     name = "prefix"
-    heads = ("lm",)
+    traits = Traits(attention="prefix", heads=("lm",), scoring="prefix", generation="prefix")
 
     def __init__(self, special: SpecialTokens, prefix_len: int | None = None) -> None:
         if prefix_len is not None and prefix_len < 1:

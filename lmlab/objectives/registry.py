@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -13,21 +12,9 @@ from lmlab.objectives.clm import CausalLM
 from lmlab.objectives.mixture import Alternating, Mixture
 from lmlab.objectives.mlm import LinearRate, MaskedLM
 from lmlab.objectives.nsp import MaskedLMWithNSP
+from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.prefix_lm import PrefixLM
 from lmlab.objectives.span_corruption import SpanCorruption
-
-
-@dataclass(frozen=True)
-class ObjectiveOptions:
-    mlm_rate: float = 0.15
-    mlm_rate_start: float | None = None  # e.g. 0.30: anneal to mlm_rate over training
-    mask_prob: float = 0.8
-    random_prob: float = 0.1
-    mlm_selection: str = "bernoulli"
-    whole_word: bool = False
-    span_noise_density: float = 0.15
-    span_mean_length: float = 3.0
-    prefix_len: int | None = None
 
 
 def _masked(special, options, word_starts, total_steps, next_token=False) -> MaskedLM:
@@ -63,9 +50,11 @@ def _base(name: str, special, options, word_starts, total_steps) -> Objective:
 
 
 def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions | None = None,
-                    word_starts: Tensor | None = None, total_steps: int = 1) -> Objective:
+                    word_starts: Tensor | None = None,
+                    total_steps: int | None = None) -> Objective:
     """`mlm` | `clm` | `prefix` | `span` | `mlm+nsp` | `mntp` | `mix:clm=1,mlm=15` |
-    `alternate:clm,mlm@1000` (switch every 1000 steps)."""
+    `alternate:clm,mlm@1000` (switch every 1000 steps). A masking-rate schedule runs over
+    `total_steps`, or, when None, over the run the objective is later fixed to (`for_run`)."""
     options = options or ObjectiveOptions()
     build = lambda name: _base(name.strip(), special, options, word_starts,  # noqa: E731
                                total_steps)

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import IGNORE_INDEX, Batch, Objective, SpecialTokens
+from lmlab.objectives.traits import Traits
 
 
 def span_counts(length: int, noise_density: float, mean_span_length: float) -> tuple[int, int]:
@@ -80,7 +81,7 @@ class SpanCorruption(Objective):
     """
 
     name = "span"
-    heads = ("lm",)
+    traits = Traits(attention="prefix", heads=("lm",), scoring="span", generation="infill")
 
     def __init__(self, special: SpecialTokens, noise_density: float = 0.15,
                  mean_span_length: float = 3.0) -> None:

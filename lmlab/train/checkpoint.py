@@ -1,54 +1,30 @@
-"""Checkpoints that are atomic and verifiable.
+"""Writing checkpoints atomically, FSDP2 optimizer shards, and pruning old ones (the format
+and its verified reading: lmlab/runs/checkpoints.py).
 
-A checkpoint is a directory `step-00001234/` holding `model.safetensors` (whole weights, however
-the run was sharded), `state.pt` (optimizer, loop and data position: tensors and plain values
-only, loaded with weights_only=True), under FSDP2 one `optimizer-rank-N.pt` per rank instead of
-the optimizer in `state.pt`, and `manifest.json` with the SHA-256 of each file. It is written
-under a temporary name and renamed into place, so a crash never leaves a directory that looks
-complete; a checksum mismatch on load names the file and the previous good checkpoint.
+A checkpoint is written under a temporary name and renamed into place, so a crash never
+leaves a directory that looks complete.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from lmlab.runs.checkpoints import (
+    MANIFEST,
+    CheckpointError,
+    checkpoint_name,
+    list_checkpoints,
+    read_state,
+    sha256_of,
+)
 from lmlab.train.distributed import Env, barrier, full_weights
-
-MANIFEST = "manifest.json"
-PREFIX = "step-"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, incomplete or corrupt, stated in one line."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def checkpoint_name(step: int) -> str:
-    return f"{PREFIX}{step:08d}"
-
-
-def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoints (those with a manifest), oldest first."""
-    if not directory.is_dir():
-        return []
-    found = [p for p in directory.iterdir()
-             if p.name.startswith(PREFIX) and (p / MANIFEST).is_file()]
-    return sorted(found, key=lambda p: p.name)
 
 
 def optimizer_shard_name(rank: int) -> str:
@@ -98,32 +74,6 @@ def _write_durably(path: Path, write) -> None:
         os.fsync(f.fileno())
 
 
-def verify_checkpoint(path: Path) -> dict:
-    """The manifest, after checking every file against its checksum."""
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text())
-    for name, expected in manifest["files"].items():
-        file = path / name
-        if not file.is_file() or sha256_of(file) != expected:
-            earlier = [p for p in list_checkpoints(path.parent) if p.name < path.name]
-            hint = f"; the previous checkpoint is {earlier[-1]}" if earlier else ""
-            raise CheckpointError(f"checkpoint file {file} is missing or corrupt "
-                                  f"(checksum mismatch){hint}")
-    return manifest
-
-
-def load_checkpoint(path: Path, model: nn.Module) -> dict:
-    """Verify, load the weights into `model` (tied weights included) and return the state."""
-    verify_checkpoint(path)
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {path} does not fit this model: missing "
-                              f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
-    return torch.load(path / "state.pt", weights_only=True)
-
-
 def load_optimizer_shard(path: Path, env: Env) -> dict:
     """This rank's optimizer state from an FSDP2 checkpoint written by as many ranks."""
     shards = sorted(path.glob("optimizer-rank-*.pt"))
@@ -133,7 +83,7 @@ def load_optimizer_shard(path: Path, env: Env) -> dict:
     if len(shards) != env.world_size:
         raise CheckpointError(f"checkpoint {path} holds optimizer state for {len(shards)} "
                               f"FSDP ranks; resume it with --nproc-per-node {len(shards)}")
-    return torch.load(path / optimizer_shard_name(env.rank), weights_only=True)
+    return read_state(path, optimizer_shard_name(env.rank))
 
 
 def prune_checkpoints(directory: Path, keep_last: int, keep: set[Path] = frozenset()) -> None:

@@ -1,4 +1,9 @@
-"""The training run's configuration: one typed, frozen dataclass, validated at the edge.
+"""Training configuration: typed, frozen dataclasses, validated at the edge.
+
+`LoopConfig` holds what every kind of training shares (optimisation, precision, evaluation,
+checkpoints, logging); `TrainConfig` adds what pre-training needs. A field whose type is
+itself a configuration dataclass (the objective's options) is grouped in code but flat for
+users: `--mlm-rate 0.3` on the command line, `mlm_rate: 0.3` in a file.
 
 Sources, later ones winning: defaults → a YAML or TOML file → command-line overrides. An
 unknown field is named with the closest known one.
@@ -6,13 +11,17 @@ unknown field is named with the closest known one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
+
+from lmlab.documented import check_choices, documented
+from lmlab.objectives.options import ObjectiveOptions
 
 try:
     import tomllib
@@ -21,61 +30,42 @@ except ImportError:  # Python 3.10
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    # what and where
-    objective: str = "mlm"
-    data: str | None = None  # a prepared dataset; None = the built-in corpus, prepared once
-    model: str = "auto"  # a preset; auto = bert-mini for masked objectives, else gpt2-mini
-    out: str | None = None  # run directory; None = runs/<objective>
-    model_overrides: dict = field(default_factory=dict)  # ModelConfig fields, e.g. dropout
-    # batch and budget (a budget is steps, tokens or minutes; the smallest one ends the run)
-    seq_len: int = 128
-    batch_size: int = 32  # sequences per optimiser step, across all ranks
-    micro_batch_size: int | None = None  # per rank and forward; None = batch_size / ranks
-    steps: int | None = None
-    tokens: str | None = None  # a count such as "20M", or "chinchilla" (20 × parameters)
-    minutes: float | None = None
-    # optimisation
-    lr: float = 1e-3
-    schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
-    warmup_steps: int | None = None  # None = 5% of the run, at most 1000
-    lr_floor: float = 0.1  # final learning rate as a fraction of the peak
-    weight_decay: float = 0.1
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    compile: bool = False
-    max_nonfinite_steps: int = 5  # consecutive skipped steps before the run stops
-    # objective options
-    mlm_rate: float = 0.15
-    mlm_rate_start: float | None = None
-    mask_prob: float = 0.8
-    random_prob: float = 0.1
-    mlm_selection: Literal["bernoulli", "exact"] = "bernoulli"
-    whole_word: bool = False
-    span_noise_density: float = 0.15
-    span_mean_length: float = 3.0
-    packing: Literal["auto", "concatenate", "best_fit"] = "auto"
-    # evaluation, checkpoints, logging
-    eval_every: int = 200
-    eval_batches: int = 16
-    checkpoint_every: int = 500
-    keep_last: int = 2
-    log_every: int = 10
-    seed: int = 0
-    num_workers: int = 0
-    distributed: Literal["ddp", "fsdp"] = "ddp"  # under torchrun; fsdp = FSDP2 fully_shard
-    resume: bool = False
-    overwrite: bool = False
+class LoopConfig:
+    out: str | None = documented(None, "the run directory")
+    batch_size: int = documented(32, "sequences per optimiser step, across all ranks")
+    micro_batch_size: int | None = documented(
+        None, "sequences per rank and forward pass (gradient accumulation makes up the "
+        "rest); none = batch size / ranks")
+    lr: float = documented(1e-3, "peak learning rate")
+    schedule: Literal["cosine", "linear", "constant", "wsd"] = documented(
+        "cosine", "learning-rate decay after warm-up (wsd = warmup-stable-decay)")
+    warmup_steps: int | None = documented(None, "linear warm-up; none = 5% of the run, at "
+                                                "most 1000 steps")
+    lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = documented(0.1, "AdamW weight decay (not on norms, biases, "
+                                           "embeddings)")
+    beta2: float = documented(0.95, "AdamW's second-moment decay")
+    grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
+    precision: Literal["fp32", "bf16", "fp16"] = documented(
+        "fp32", "compute precision (bf16/fp16: autocast; weights stay fp32)")
+    compile: bool = documented(False, "compile the model with torch.compile")
+    max_nonfinite_steps: int = documented(
+        5, "stop after this many consecutive steps with a non-finite loss (each is skipped)")
+    eval_every: int = documented(200, "steps between validations")
+    checkpoint_every: int = documented(500, "steps between checkpoints (also saved at the "
+                                            "end, on the best validation and when stopped)")
+    keep_last: int = documented(2, "checkpoints kept besides the best one")
+    log_every: int = documented(10, "steps between log lines in metrics.jsonl")
+    seed: int = documented(0, "initial weights, data order and every random choice")
+    num_workers: int = documented(0, "data-loading worker processes")
+    distributed: Literal["ddp", "fsdp"] = documented(
+        "ddp", "under torchrun: DDP, or FSDP2 (fully_shard) to shard weights and optimizer")
+    resume: bool = documented(False, "continue the run in --out exactly where it stopped")
+    overwrite: bool = documented(False, "replace the run in --out")
 
     def __post_init__(self) -> None:
-        for name, annotation in field_types().items():
-            if typing.get_origin(annotation) is Literal:
-                allowed = typing.get_args(annotation)
-                if getattr(self, name) not in allowed:
-                    raise ValueError(f"{name}={getattr(self, name)!r} is not one of "
-                                     f"{', '.join(map(str, allowed))}")
-        for name in ("seq_len", "batch_size", "eval_every", "checkpoint_every", "log_every"):
+        check_choices(self)
+        for name in ("batch_size", "eval_every", "checkpoint_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -87,19 +77,70 @@ class TrainConfig:
         return asdict(self)
 
 
-def field_types() -> dict[str, Any]:
-    """Each field's type with `X | None` reduced to X."""
-    hints = typing.get_type_hints(TrainConfig)
-    reduced = {}
-    for name, hint in hints.items():
-        if isinstance(hint, types.UnionType):
-            hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
-        reduced[name] = hint
-    return reduced
+@dataclass(frozen=True)
+class TrainConfig(LoopConfig):
+    objective: str = documented("mlm", "mlm, clm, prefix, span, mlm+nsp, mntp, "
+                                       "mix:A=w,B=w or alternate:A,B@steps")
+    data: str | None = documented(None, "a prepared dataset; none = the built-in corpus, "
+                                        "prepared once")
+    model: str = documented("auto", "a preset (family-size, e.g. bert-small); auto = "
+                                    "bert-mini for objectives that only read "
+                                    "bidirectionally, else gpt2-mini")
+    model_overrides: dict = documented(default_factory=dict,
+                                       help='model config fields as JSON, e.g. '
+                                            '\'{"dropout": 0.1}\'')
+    seq_len: int = documented(128, "tokens per training row")
+    steps: int | None = documented(None, "a step budget")
+    tokens: str | None = documented(None, "a token budget such as 20M, or chinchilla (20 × "
+                                          "parameters)")
+    minutes: float | None = documented(None, "a time budget; with no budget at all, 5 "
+                                             "minutes")
+    eval_batches: int = documented(16, "validation micro-batches per evaluation")
+    objective_options: ObjectiveOptions = dataclasses.field(default_factory=ObjectiveOptions)
+    packing: Literal["auto", "concatenate", "best_fit"] = documented(
+        "auto", "how documents fill rows: concatenated, or best-fit without splitting short "
+        "ones; auto = what the objective needs")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.seq_len < 1:
+            raise ValueError(f"seq_len must be at least 1, got {self.seq_len}")
 
 
-def check_field(name: str) -> None:
-    names = [f.name for f in fields(TrainConfig)]
+def _reduced(hint: Any) -> Any:
+    """`X | None` → X."""
+    if isinstance(hint, types.UnionType):
+        return next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return hint
+
+
+def flat_fields(config_class: type) -> dict[str, Any]:
+    """Every field a user can set, by flat name → type (`X | None` reduced to X); fields of
+    a grouped configuration appear under their own names."""
+    found = {}
+    for name, hint in typing.get_type_hints(config_class).items():
+        hint = _reduced(hint)
+        if dataclasses.is_dataclass(hint):
+            found.update(flat_fields(hint))
+        else:
+            found[name] = hint
+    return found
+
+
+def field_specs(config_class: type) -> dict[str, dataclasses.Field]:
+    """Every flat field's dataclass Field (default, help), as `flat_fields` names them."""
+    found = {}
+    hints = typing.get_type_hints(config_class)
+    for spec in fields(config_class):
+        if dataclasses.is_dataclass(_reduced(hints[spec.name])):
+            found.update(field_specs(_reduced(hints[spec.name])))
+        else:
+            found[spec.name] = spec
+    return found
+
+
+def check_field(name: str, config_class: type = TrainConfig) -> None:
+    names = list(flat_fields(config_class))
     if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -109,10 +150,10 @@ def check_field(name: str) -> None:
 KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", dict: "a JSON object"}
 
 
-def parse_value(name: str, text: str) -> Any:
+def parse_value(name: str, text: str, config_class: type = TrainConfig) -> Any:
     """A command-line string → the field's type (numbers, booleans, None, dicts as JSON)."""
-    check_field(name)
-    kind = field_types()[name]
+    check_field(name, config_class)
+    kind = flat_fields(config_class)[name]
     if text.lower() in ("none", "null"):
         return None
     try:
@@ -129,7 +170,7 @@ def parse_value(name: str, text: str) -> Any:
     return text
 
 
-def read_config_file(path: Path) -> dict:
+def read_config_file(path: Path, config_class: type = TrainConfig) -> dict:
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
     text = path.read_text()
@@ -144,15 +185,28 @@ def read_config_file(path: Path) -> dict:
     if not isinstance(values, dict):
         raise ValueError(f"config file {path} must hold a mapping of field: value")
     for name in values:
-        check_field(name)
+        check_field(name, config_class)
     return values
 
 
-def resolve_config(file: Path | None = None, overrides: dict | None = None) -> TrainConfig:
-    values = read_config_file(file) if file is not None else {}
+def build_config(values: dict, config_class: type = TrainConfig):
+    """A configuration from flat field values; grouped fields are gathered into their group."""
+    hints = typing.get_type_hints(config_class)
+    direct = {}
+    for spec in fields(config_class):
+        group = _reduced(hints[spec.name])
+        if dataclasses.is_dataclass(group):
+            mine = {k: values[k] for k in flat_fields(group) if k in values}
+            direct[spec.name] = build_config(mine, group)
+        elif spec.name in values:
+            direct[spec.name] = values[spec.name]
+    return config_class(**direct)
+
+
+def resolve_config(file: Path | None = None, overrides: dict | None = None,
+                   config_class: type = TrainConfig):
+    values = read_config_file(file, config_class) if file is not None else {}
     for name in overrides or {}:
-        check_field(name)
+        check_field(name, config_class)
     values.update(overrides or {})
-    return replace(TrainConfig(), **values)
-
-
+    return build_config(values, config_class)

@@ -63,7 +63,8 @@ def teardown() -> None:
 
 def wrap(model: nn.Module, env: Env, strategy: str = "ddp") -> nn.Module:
     """DistributedDataParallel, or FSDP2 sharding of each block and then the rest, when
-    distributed. FSDP2 replaces the parameters: build the optimizer after wrapping."""
+    distributed. FSDP2 replaces the parameters: build the optimizer after wrapping. Every
+    parameter must get a gradient every step (objectives see to it), as DDP waits for all."""
     if not env.distributed:
         return model
     if strategy == "fsdp":

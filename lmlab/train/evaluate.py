@@ -13,35 +13,18 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.objectives.base import IGNORE_INDEX, Objective
-from lmlab.objectives.mixture import Alternating, Mixture
-from lmlab.objectives.mlm import MaskedLM
-from lmlab.objectives.nsp import MaskedLMWithNSP
 from lmlab.train.distributed import Env, all_reduce_sum
 from lmlab.train.precision import autocast
 
 EVAL_SEED = 20240607
-EVAL_MASK_RATE = 0.15
-
-
-def fixed_mask(mlm: MaskedLM) -> MaskedLM:
-    return MaskedLM(mlm.special, rate=EVAL_MASK_RATE, whole_word=mlm.whole_word,
-                    word_start_table=mlm.word_start_table, next_token=mlm.next_token,
-                    head=mlm.head)
 
 
 def evaluation_objectives(objective: Objective) -> dict[str, Objective]:
-    """The plain objectives inside `objective`, masked ones with the fixed evaluation mask."""
-    if isinstance(objective, Mixture | Alternating):
-        found: dict[str, Objective] = {}
-        for part in objective.objectives:
-            for name, leaf in evaluation_objectives(part).items():
-                found.setdefault(name, leaf)
-        return found
-    if isinstance(objective, MaskedLMWithNSP):
-        return {objective.name: MaskedLMWithNSP(fixed_mask(objective.mlm))}
-    if isinstance(objective, MaskedLM):
-        return {objective.name: fixed_mask(objective)}
-    return {objective.name: objective}
+    """The plain objectives inside `objective`, each as it is scored in validation."""
+    found: dict[str, Objective] = {}
+    for leaf in objective.leaves():
+        found.setdefault(leaf.name, leaf.for_evaluation())
+    return found
 
 
 def _correct_predictions(objective: Objective, outputs: dict[str, Tensor], batch) -> Tensor:
@@ -53,7 +36,7 @@ def _correct_predictions(objective: Objective, outputs: dict[str, Tensor], batch
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Tensor],
+def validate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Tensor],
              bytes_per_token: float, env: Env, precision: str = "fp32") -> dict[str, float]:
     """Loss, perplexity, accuracy and bits per byte of each objective on `blocks`."""
     was_training = model.training
@@ -76,12 +59,11 @@ def evaluate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Te
         for term in terms:
             loss = float(totals[f"{term}_sum"] / totals[f"{term}_count"].clamp(min=1))
             metrics[f"{name}/{term}_loss"] = loss
-            if term != "nsp":
+            if term == objective.token_term:  # perplexities of token predictions only
                 metrics[f"{name}/{term}_ppl"] = math.exp(min(loss, 50.0))
                 metrics[f"{name}/{term}_bpb"] = loss / math.log(2) / bytes_per_token
-        token_term = next(t for t in terms if t != "nsp")
-        metrics[f"{name}/accuracy"] = float(totals["correct"] /
-                                            totals[f"{token_term}_count"].clamp(min=1))
+        metrics[f"{name}/accuracy"] = float(
+            totals["correct"] / totals[f"{objective.token_term}_count"].clamp(min=1))
     model.train(was_training)
     return metrics
 

@@ -6,12 +6,13 @@ import contextlib
 
 import torch
 
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 def autocast(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=PRECISION_DTYPES[precision])
 
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:

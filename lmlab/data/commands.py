@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lmlab.command_line import add_command
 from lmlab.data.cleaning import NORMALISATIONS
 from lmlab.data.recipe import SENTENCE_RULES
 
 
 def add_prepare_command(commands) -> None:
-    parser = commands.add_parser(
-        "prepare", help="turn text files into a dataset",
+    parser = add_command(
+        commands, "prepare", help="turn text files into a dataset", handler=prepare_command,
         description="Read, clean, split and tokenize text into a dataset directory.")
     parser.add_argument("sources", nargs="*", metavar="SOURCE[:WEIGHT]",
                         help="files, directories or globs of .txt, .jsonl, .json, .csv, .tsv "
@@ -31,18 +32,20 @@ def add_prepare_command(commands) -> None:
     reading.add_argument("--strict", action="store_const", const=True,
                          help="fail on the first bad record instead of skipping and counting")
     cleaning = parser.add_argument_group("cleaning")
-    cleaning.add_argument("--normalisation", choices=NORMALISATIONS, help="default: NFC")
+    cleaning.add_argument("--normalisation", choices=NORMALISATIONS,
+                          help="Unicode normalisation (default: NFC)")
     cleaning.add_argument("--keep-control-characters", dest="strip_control",
-                          action="store_const", const=False)
+                          action="store_const", const=False,
+                          help="keep control characters (removed by default)")
     cleaning.add_argument("--no-exact-dedup", dest="exact_dedup", action="store_const",
-                          const=False)
+                          const=False, help="keep exact duplicate documents")
     cleaning.add_argument("--quality-filter", action="store_const", const=True,
                           help="drop documents failing Gopher's quality rules (web crawl)")
     near = cleaning.add_mutually_exclusive_group()
     near.add_argument("--near-dedup-threshold", type=float, metavar="JACCARD",
                       help="MinHash near-duplicate threshold (default: 0.8)")
     near.add_argument("--no-near-dedup", dest="near_dedup_threshold", action="store_const",
-                      const="off")
+                      const="off", help="keep near-duplicate documents")
     output = parser.add_argument_group("split and tokenizer")
     output.add_argument("--validation-fraction", type=float, help="default: 0.05")
     output.add_argument("--tokenizer", metavar="KIND|PATH", help="bpe (default), wordpiece, "
@@ -52,7 +55,6 @@ def add_prepare_command(commands) -> None:
     output.add_argument("--sentence-split", choices=SENTENCE_RULES,
                         help="punctuation (default) or lines: one sentence per line")
     output.add_argument("--seed", type=int, help="for sampling weighted sources (default 0)")
-    parser.set_defaults(run=prepare_command)
 
 
 RECIPE_OPTIONS = ("text_field", "blank_line_documents", "strict", "normalisation",

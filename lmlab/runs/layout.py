@@ -2,7 +2,7 @@
 
     RUN/config.json         the resolved training and model configuration
     RUN/tokenizer.json      the dataset's tokenizer, so the run is usable on its own
-    RUN/checkpoints/        step-XXXXXXXX/ (see checkpoint.py)
+    RUN/checkpoints/        step-XXXXXXXX/ (see checkpoints.py)
     RUN/metrics.jsonl       one record per logged step and evaluation
     RUN/curves.png          training and validation curves
 """
@@ -14,9 +14,13 @@ import shutil
 from pathlib import Path
 
 from lmlab.atomic import write_text_atomic
-from lmlab.train.checkpoint import list_checkpoints
+from lmlab.runs.checkpoints import list_checkpoints
 
 CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.jsonl"
+CURVES = "curves.png"
 
 
 class RunDirError(ValueError):
@@ -46,7 +50,7 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> P
             _check_same_model(out, previous.get("model", {}), config.get("model", {}))
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
-    checkpoints = list_checkpoints(out / "checkpoints")
+    checkpoints = list_checkpoints(out / CHECKPOINTS)
     return checkpoints[-1] if checkpoints else None
 
 

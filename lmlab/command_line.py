@@ -1,0 +1,97 @@
+"""How every `lmlab` subcommand is built: one parser class, shared options, options generated
+from configuration dataclasses, and "did you mean" for unknown options."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import typing
+from dataclasses import MISSING
+from pathlib import Path
+from typing import Literal
+
+from lmlab.documented import help_of
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that names each option's default, when it has one worth naming."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if "%(default)" in help_text or action.default in (None, False, argparse.SUPPRESS):
+            return help_text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return f"{help_text} (default: %(default)s)"
+        return help_text
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Accepts positional texts after options (`RUN --top-k 3 "text"`), which plain argparse
+    refuses once a positional argument takes a variable number of values."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing:  # parse_known_intermixed_args calls back into this method
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def add_command(commands: argparse._SubParsersAction, name: str, help: str,
+                handler, description: str | None = None) -> CommandParser:
+    """A subcommand whose parsed arguments go to `handler(args) -> exit code`. Options are
+    spelt out in full: an abbreviation would silently change meaning as options are added."""
+    parser = commands.add_parser(name, help=help, description=description or help,
+                                 formatter_class=HelpFormatter, allow_abbrev=False)
+    parser.__class__ = CommandParser  # the subcommand table builds plain parsers
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto",
+                        help="auto (a GPU when there is one), cpu, cuda or cuda:N")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN, which of its checkpoints, and the device: what every command reading a run takes."""
+    parser.add_argument("run_dir", type=Path, metavar="RUN",
+                        help="a run directory written by lmlab pretrain")
+    parser.add_argument("--checkpoint", default="best",
+                        help="best (lowest validation loss), last, or a checkpoint's name")
+    add_device_argument(parser)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_options(parser: argparse.ArgumentParser, kinds: dict[str, type],
+                       specs: dict) -> None:
+    """One option per configuration field (`--lr 3e-4`), booleans as switches, each with the
+    field's help, default and choices. Values stay strings (None when not given) for the
+    configuration to parse, so a given option can be told from a default."""
+    for name, kind in kinds.items():
+        spec = specs[name]
+        default = spec.default if spec.default is not MISSING else spec.default_factory()
+        shown = "" if default is None else f" (default: {default})".replace("%", "%%")
+        help_text = help_of(spec).replace("%", "%%") + shown
+        if kind is bool:
+            parser.add_argument(flag(name), dest=name, action="store_const", const="true",
+                                default=None, help=help_text)
+            continue
+        choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else None
+        parser.add_argument(flag(name), dest=name, default=None, choices=choices,
+                            metavar=None if choices else name.upper(), help=help_text)
+
+
+def unknown_option_message(parser: argparse.ArgumentParser, option: str) -> str:
+    """`unknown option --lr-rate; did you mean --lr?` for one of `parser`'s options."""
+    known = [s for action in parser._actions for s in action.option_strings]
+    close = difflib.get_close_matches(option, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown option {option}{hint}"

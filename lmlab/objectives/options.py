@@ -1,0 +1,32 @@
+"""The options that shape an objective, as users set them (`--mlm-rate 0.3`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lmlab.documented import check_choices, documented
+
+
+@dataclass(frozen=True)
+class ObjectiveOptions:
+    mlm_rate: float = documented(0.15, "share of ordinary tokens a masked objective selects")
+    mlm_rate_start: float | None = documented(
+        None, "start the masking rate here and move it linearly to --mlm-rate over the run "
+        "(e.g. 0.30)")
+    mask_prob: float = documented(0.8, "share of selected tokens replaced by [MASK]")
+    random_prob: float = documented(0.1, "share of selected tokens replaced by a random "
+                                         "token (the rest stay as they are)")
+    mlm_selection: Literal["bernoulli", "exact"] = documented(
+        "bernoulli", "select each token independently, or exactly round(rate × tokens) per row")
+    whole_word: bool = documented(False, "select whole words rather than single tokens")
+    span_noise_density: float = documented(0.15, "share of tokens span corruption hides")
+    span_mean_length: float = documented(3.0, "mean length of a hidden span")
+    prefix_len: int | None = documented(
+        None, "prefix LM: a fixed prefix length; none = drawn uniformly per row")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        for name in ("mlm_rate", "mask_prob", "random_prob", "span_noise_density"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")

@@ -1,0 +1,164 @@
+"""A run directory loaded for use: `load_run(RUN) -> Run`, a plain record of the model, its
+tokenizer and special tokens, the objective it was trained with (rebuilt from the saved
+configuration) and that configuration. Every consumer of runs (inference, evaluation and
+what sits on top of them) reads runs through here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from lmlab.config import ModelConfig
+from lmlab.data.errors import DataError
+from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, word_start_table
+from lmlab.model import LanguageModel
+from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.objectives.options import ObjectiveOptions
+from lmlab.objectives.registry import build_objective
+from lmlab.runs.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, read_state
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
+
+
+class RunLoadError(ValueError):
+    """A run directory that cannot be loaded, stated in one line."""
+
+
+@dataclass
+class Run:
+    """A trained model ready for use, in eval mode."""
+
+    model: LanguageModel
+    tokenizer: Tokenizer | None
+    special: SpecialTokens
+    objective: Objective  # as training built it; says what the model can do
+    spec: str  # the objective as the user wrote it, e.g. "mix:clm=1,mlm=15"
+    path: Path | None = None
+    checkpoint: Path | None = None
+    config: dict = field(default_factory=dict)  # the run's saved config.json
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.model.cfg.max_seq_len
+
+    @classmethod
+    def of(cls, model: LanguageModel, spec: str, special: SpecialTokens,
+           tokenizer: Tokenizer | None = None) -> Run:
+        """A model built in Python, taken as trained with the objective `spec`."""
+        return cls(model, tokenizer, special, build_objective(spec, special), spec)
+
+    def require_tokenizer(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise RunLoadError(f"{self.path}: the run has no {TOKENIZER}, so it cannot read "
+                               "text; pass token ids instead")
+        return self.tokenizer
+
+
+def pick_checkpoint(run: Path, which: str) -> Path:
+    """`best` (lowest validation loss; the last one when none was marked), `last`, or a
+    checkpoint's name."""
+    found = list_checkpoints(run / CHECKPOINTS)
+    if not found:
+        raise RunLoadError(f"{run}: no complete checkpoint in {run / CHECKPOINTS}; the run "
+                           "has not saved one yet")
+    if which == "last":
+        return found[-1]
+    if which == "best":
+        state_best = _best_name(found[-1])
+        match = [p for p in found if p.name == state_best]
+        return match[0] if match else found[-1]
+    chosen = Path(which)
+    if not chosen.is_absolute():
+        chosen = run / CHECKPOINTS / which
+    if chosen not in found:
+        names = ", ".join(p.name for p in found)
+        raise RunLoadError(f"{run}: no checkpoint {which!r}; choose best, last or one of {names}")
+    return chosen
+
+
+def _best_name(last: Path) -> str:
+    """The best checkpoint's name, as the last checkpoint's loop state recorded it."""
+    return read_state(last).get("loop", {}).get("best_checkpoint", "")
+
+
+def usable_device(device: str | torch.device) -> torch.device:
+    """`auto` (a GPU when there is one), `cpu`, `cuda` or `cuda:N`, checked."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise RunLoadError(f"unknown device {str(device)!r}; use auto, cpu, cuda or "
+                           "cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunLoadError("--device cuda was asked for, but this machine has no usable GPU")
+    return device
+
+
+def read_config(run: Path) -> dict:
+    """A run's config.json, after checking that `run` is a run."""
+    if not run.is_dir():
+        raise RunLoadError(f"{run}: no such run directory")
+    path = run / CONFIG
+    if not path.is_file():
+        raise RunLoadError(f"{run}: not an lmlab run (no {CONFIG})")
+    try:
+        config = json.loads(path.read_text())
+        ModelConfig(**config["model"])
+        config["train"]["objective"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise RunLoadError(f"{path}: unreadable run configuration ({error})") from None
+    return config
+
+
+def objective_options(train: dict) -> ObjectiveOptions:
+    if "objective_options" in train:
+        return ObjectiveOptions(**train["objective_options"])
+    # Runs saved before the options were grouped hold them among the training fields.
+    names = {spec.name for spec in fields(ObjectiveOptions)}
+    return ObjectiveOptions(**{k: v for k, v in train.items() if k in names})
+
+
+def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu",
+             special: SpecialTokens | None = None) -> Run:
+    """Load a run directory written by `lmlab pretrain`.
+
+    `checkpoint` is "best", "last" or a checkpoint name such as "step-00001000". `special`
+    gives the special tokens of a run trained on token ids without a tokenizer.json (by
+    default lmlab's layout with no sentinels).
+    """
+    run = Path(run)
+    config = read_config(run)
+    model_cfg = ModelConfig(**config["model"])
+    device = usable_device(device)
+    tokenizer = None
+    if (run / TOKENIZER).is_file():
+        try:
+            tokenizer = load_tokenizer(run / TOKENIZER)
+        except DataError as error:
+            raise RunLoadError(str(error)) from None
+        special = special_tokens_of(tokenizer, str(run / TOKENIZER))
+    elif special is None:
+        special = SpecialTokens.layout(model_cfg.vocab_size, 0)
+    chosen = pick_checkpoint(run, checkpoint)
+    spec = config["train"]["objective"]
+    try:
+        options = objective_options(config["train"])
+        word_starts = word_start_table(tokenizer) if tokenizer and options.whole_word else None
+        objective = build_objective(spec, special, options, word_starts)
+    except (ValueError, TypeError) as error:
+        raise RunLoadError(f"{run / CONFIG}: {error}") from None
+    model = LanguageModel(model_cfg, heads=objective.heads)  # as training built it
+    try:
+        load_checkpoint(chosen, model)
+    except CheckpointError as error:
+        raise RunLoadError(str(error)) from None
+    model.to(device).eval()
+    return Run(model, tokenizer, special, objective, spec, run, chosen, config)

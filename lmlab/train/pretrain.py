@@ -1,0 +1,213 @@
+"""`lmlab pretrain`: set up a pre-training run, then hand it to the one loop (loop.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from lmlab.config import ModelConfig
+from lmlab.data.dataset import Dataset
+from lmlab.data.loader import BlockBatches
+from lmlab.model import LanguageModel
+from lmlab.objectives.base import Batch, Objective, SpecialTokens
+from lmlab.objectives.registry import build_objective
+from lmlab.presets import preset
+from lmlab.runs.checkpoints import load_checkpoint
+from lmlab.runs.layout import TOKENIZER, prepare_run_dir
+from lmlab.train import distributed
+from lmlab.train.budget import DEFAULT_MINUTES, step_budget, steps_in_minutes
+from lmlab.train.checkpoint import load_optimizer_shard
+from lmlab.train.config import TrainConfig
+from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
+from lmlab.train.loop import (
+    LoopState,
+    Training,
+    TrainingError,
+    forward_loss,
+    run_training,
+    step_seed,
+)
+from lmlab.train.optim import make_optimizer
+from lmlab.train.precision import PRECISION_DTYPES, autocast, grad_scaler
+from lmlab.train.schedule import Schedule
+from lmlab.train.throughput import device_peak_flops, flops_per_token
+
+
+def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
+    """The preset asked for; `auto` is a BERT for objectives that only read bidirectionally
+    (they cannot generate), else a GPT-2."""
+    name = cfg.model
+    if name == "auto":
+        name = "gpt2-mini" if objective.can_generate else "bert-mini"
+    return preset(name, special.vocab_size, cfg.seq_len, **cfg.model_overrides)
+
+
+def micro_batches_per_step(cfg: TrainConfig, env: distributed.Env) -> tuple[int, int]:
+    """(rows per micro-batch, micro-batches per step) on each rank."""
+    micro = cfg.micro_batch_size or cfg.batch_size // env.world_size
+    if micro < 1 or cfg.batch_size % (micro * env.world_size):
+        raise ValueError(f"batch_size {cfg.batch_size} is not a multiple of micro_batch_size "
+                         f"{micro} × {env.world_size} ranks")
+    return micro, cfg.batch_size // (micro * env.world_size)
+
+
+class PretrainingData:
+    """Micro-batches of packed blocks, each made into the objective's batch. A micro-batch's
+    randomness (masks, spans, splits) is seeded by its number in the global order of
+    micro-batches, so it does not depend on how a step's rows are split across ranks."""
+
+    def __init__(self, blocks: BlockBatches, objective: Objective, accumulation: int,
+                 num_workers: int) -> None:
+        self.blocks, self.objective, self.accumulation = blocks, objective, accumulation
+        self.stream = iter(DataLoader(blocks, batch_size=None, num_workers=num_workers))
+        self.last = None
+
+    def micro_batches(self, step: int, generator: torch.Generator) -> list[Batch]:
+        batches = []
+        for _ in range(self.accumulation):
+            self.last = next(self.stream)
+            number = self.last.index * self.blocks.world_size + self.blocks.rank
+            generator.manual_seed(step_seed(self.blocks.seed, number, step))
+            batches.append(self.objective.make_batch(self.last.tokens, generator, step))
+        return batches
+
+    def state_dict(self) -> dict:
+        return self.blocks.state_dict(self.last)
+
+
+def packing(cfg: TrainConfig, objective: Objective) -> str:
+    """The layout the objective needs (whole sentences for NSP), else the one asked for."""
+    if objective.packing == "sentences":
+        return "sentences"
+    return "concatenate" if cfg.packing == "auto" else cfg.packing
+
+
+def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
+    """Pre-train as `cfg` says on `dataset`; returns the run directory."""
+    env = distributed.setup()
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    special = dataset.special
+    objective = build_objective(cfg.objective, special, cfg.objective_options,
+                                dataset.word_starts)
+    model_cfg = model_config(cfg, objective, special)
+    out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
+    config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
+              "dataset": str(dataset.path)}
+    resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
+    resume_from = _broadcast_path(resume_from, env)
+    if dataset.tokenizer_json and env.is_main:
+        (out / TOKENIZER).write_text(dataset.tokenizer_json)
+
+    micro_size, accumulation = micro_batches_per_step(cfg, env)
+    model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
+    saved = load_checkpoint(resume_from, model) if resume_from else None  # before sharding
+    train_model = distributed.wrap(model, env, cfg.distributed)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
+    state = LoopState()
+    if saved is not None:
+        state = _restore_optimizer(saved, resume_from, model, optimizer, env)
+    blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
+                          special.pad, special.sep, cfg.seed, env.rank, env.world_size)
+    if state.data:
+        blocks.load_state_dict(state.data)
+    if not state.total_steps:
+        state.total_steps = _from_rank_0(  # timed by each rank, rank 0's count for all
+            _total_steps(cfg, model, objective, special, micro_size, accumulation), env)
+    objective = objective.for_run(state.total_steps)
+    eval_objectives = evaluation_objectives(objective)
+    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env)
+    warmup = cfg.warmup_steps
+    if warmup is None:
+        warmup = min(1000, state.total_steps // 20)
+    training = Training(
+        cfg=cfg, env=env, model=model, train_model=train_model, optimizer=optimizer,
+        scaler=grad_scaler(cfg.precision, env.device), objective=objective,
+        data=PretrainingData(blocks, objective, accumulation, cfg.num_workers),
+        schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
+        validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
+                                  env, cfg.precision),
+        headline=headline_loss, out=out, state=state,
+        tokens_per_step=cfg.batch_size * cfg.seq_len,
+        flops_per_token=flops_per_token(model_cfg, cfg.seq_len, objective.predicted_fraction),
+        peak_flops=_peak_flops(cfg, env))
+    run_training(training)
+    distributed.teardown()
+    return out
+
+
+def _restore_optimizer(saved: dict, checkpoint: Path, model: LanguageModel, optimizer,
+                       env) -> LoopState:
+    """Optimizer and loop state from a checkpoint whose weights are loaded."""
+    if distributed.is_sharded(model):
+        distributed.load_local_optimizer_state(optimizer, load_optimizer_shard(checkpoint, env))
+    elif "optimizer" in saved:
+        optimizer.load_state_dict(saved["optimizer"])
+    else:
+        raise TrainingError(f"{checkpoint} was written by an FSDP run; resume it with "
+                            "--distributed fsdp under torchrun with as many processes")
+    return LoopState(**saved["loop"])
+
+
+def _peak_flops(cfg: TrainConfig, env) -> float:
+    """Every rank's peak together; rank 0 probes alone (ranks probing at once would share the
+    cores and read low)."""
+    peak = device_peak_flops(env.device, PRECISION_DTYPES[cfg.precision]) if env.is_main else 0.0
+    return _from_rank_0(peak, env) * env.world_size
+
+
+def _broadcast_path(path: Path | None, env) -> Path | None:
+    holder = _from_rank_0(str(path) if path else "", env)
+    return Path(holder) if holder else None
+
+
+def _from_rank_0(value, env):
+    """Rank 0's `value` on every rank (a picklable object)."""
+    if not env.distributed:
+        return value
+    holder = [value]
+    torch.distributed.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,
+                 env) -> list:
+    batches = BlockBatches(dataset.validation, cfg.seq_len, micro_size,
+                           packing(cfg, objective), dataset.special.pad, dataset.special.sep,
+                           seed=0, rank=env.rank, world_size=env.world_size)
+    count = min(cfg.eval_batches, batches.batches_per_epoch)
+    return [batches.batch(i).tokens for i in range(count)]
+
+
+def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+                 special: SpecialTokens, micro_size: int, accumulation: int) -> int:
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    steps = step_budget(cfg.steps, cfg.tokens, model.num_parameters(), tokens_per_step)
+    minutes = cfg.minutes if cfg.minutes is not None else (None if steps else DEFAULT_MINUTES)
+    if minutes is None:
+        return steps
+    seconds = accumulation * _seconds_per_micro_batch(cfg, model, objective, special, micro_size)
+    timed = steps_in_minutes(minutes, seconds)
+    return min(steps, timed) if steps else timed
+
+
+def _seconds_per_micro_batch(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+                             special: SpecialTokens, rows: int) -> float:
+    """Time one micro-batch's forward and backward as training runs them (the objective's own
+    batch and loss, so a sparse MLM head is timed as sparse); weights do not change."""
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(0)
+    ordinary = special.ordinary_ids()
+    ids = ordinary[torch.randint(len(ordinary), (rows, cfg.seq_len), generator=generator)]
+    compute_loss = forward_loss(model, objective, compile_model=False)
+    timings = []
+    for _ in range(2):
+        start = time.perf_counter()
+        batch = objective.make_batch(ids, generator).to(device)
+        with autocast(cfg.precision, device):
+            compute_loss(batch).mean().backward()
+        timings.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return min(timings) * 1.15  # optimizer, data and logging on top

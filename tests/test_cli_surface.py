@@ -1,0 +1,118 @@
+"""The command line's surface, frozen: every subcommand's options, presets and objectives. A
+change here is a deliberate change of the interface; update the snapshot with it."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from lmlab.cli import build_parser, main
+from lmlab.objectives.registry import objective_names
+from lmlab.presets import preset_names
+
+SURFACE = {
+    "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
+              "--normalize", "--out", "--pooling"],
+    "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",
+             "--max-tokens", "--out", "--pairs", "--split", "--stride", "--text-field"],
+    "fill-mask": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
+                  "--json", "--top-k"],
+    "generate": ["--checkpoint", "--device", "--greedy", "--help", "--ids", "--json",
+                 "--max-new-tokens", "--num-samples", "--repetition-penalty", "--seed", "--stop",
+                 "--temperature", "--top-k", "--top-p", "--truncate-left"],
+    "prepare": ["--blank-line-documents", "--help", "--keep-control-characters",
+                "--near-dedup-threshold", "--no-exact-dedup", "--no-near-dedup",
+                "--normalisation", "--out", "--quality-filter", "--recipe", "--seed",
+                "--sentence-split", "--sentinels", "--strict", "--text-field", "--tokenizer",
+                "--validation-fraction", "--vocab-size"],
+    "pretrain": ["--batch-size", "--beta2", "--checkpoint-every", "--compile", "--config",
+                 "--data", "--distributed", "--eval-batches", "--eval-every", "--grad-clip",
+                 "--help", "--keep-last", "--log-every", "--lr", "--lr-floor", "--mask-prob",
+                 "--max-nonfinite-steps", "--micro-batch-size", "--minutes", "--mlm-rate",
+                 "--mlm-rate-start", "--mlm-selection", "--model", "--model-overrides",
+                 "--num-workers", "--objective", "--out", "--overwrite", "--packing",
+                 "--precision", "--prefix-len", "--random-prob", "--resume", "--schedule",
+                 "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
+                 "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
+}
+PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern")
+           for size in ("tiny", "mini", "small", "medium", "base")]
+OBJECTIVES = ["mlm", "mntp", "clm", "prefix", "span", "mlm+nsp", "mix:A=w,B=w",
+              "alternate:A,B@steps"]
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    return build_parser()._subparsers._group_actions[0].choices
+
+
+def test_the_surface_is_what_the_snapshot_says():
+    surface = {name: sorted(option for action in parser._actions
+                            for option in action.option_strings if option.startswith("--"))
+               for name, parser in subcommands().items()}
+    assert surface == SURFACE
+    assert preset_names() == PRESETS
+    assert objective_names() == OBJECTIVES
+
+
+@pytest.mark.parametrize("name", sorted(SURFACE))
+def test_every_option_and_argument_says_what_it_does(name):
+    for action in subcommands()[name]._actions:
+        assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+
+
+@pytest.mark.parametrize("args", [[], *([name] for name in SURFACE)])
+def test_help_works_for_the_command_and_every_subcommand(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--help"])
+    assert exit_.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: lmlab")
+    for option in SURFACE.get(args[0], []) if args else SURFACE:
+        assert option in shown
+
+
+def test_help_shows_defaults_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "peak learning rate (default: 0.001)" in shown
+    assert "--precision {fp32,bf16,fp16}" in shown
+    assert "share of ordinary tokens a masked objective selects (default: 0.15)" in shown
+
+
+@pytest.mark.parametrize("args,suggestion", [
+    (["pretrain", "--stpes", "3"], "unknown option --stpes; did you mean --steps?"),
+    (["eval", "run", "--strid", "3"], "unknown option --strid; did you mean --stride?"),
+    (["generate", "run", "--temprature", "0.5"], "did you mean --temperature?"),
+    (["fill-mask", "run", "--topk", "3"], "did you mean --top-k?"),
+    (["embed", "run", "--out", "v.npy", "--normalise"], "did you mean --normalize?"),
+    (["prepare", "--out", "d", "--vocab", "9"], "did you mean --vocab-size?"),
+])
+def test_an_unknown_option_is_named_with_the_closest_one(args, suggestion, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    assert suggestion in capsys.readouterr().err
+
+
+def test_device_means_the_same_everywhere():
+    for name in ("eval", "fill-mask", "generate", "embed"):
+        device = next(a for a in subcommands()[name]._actions if "--device" in a.option_strings)
+        assert device.default == "auto" and "auto" in device.help
+
+
+def test_importing_lmlab_leaves_the_training_engine_unloaded():
+    code = ("import sys, lmlab; print([m for m in sys.modules if m.startswith('lmlab.train') "
+            "or m == 'torch.distributed.fsdp._fully_shard._fully_shard'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_pipeline_verbs_are_top_level():
+    import lmlab
+
+    for verb in ("prepare", "pretrain", "load", "evaluate"):
+        assert callable(getattr(lmlab, verb)) and verb in lmlab.__all__
