@@ -148,7 +148,8 @@ def child(task: str, args: dict) -> dict:
             batches.batch(index % (batches.batches_per_epoch * 2))
         result = {"seconds": time.perf_counter() - start, "blocks": batches.num_blocks}
     elif task == "near_dedup":
-        from lmlab.data.cleaning import NEAR_DEDUP_BATCH, NearDedupConfig, NearDeduplicator
+        from lmlab.data.cleaning import NEAR_DEDUP_BATCH
+        from lmlab.data.near_dedup import NearDedupConfig, NearDeduplicator
 
         texts = [json.loads(line)["text"] for line in open(args["corpus"], encoding="utf-8")]
         deduplicator = NearDeduplicator(NearDedupConfig())

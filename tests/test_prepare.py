@@ -40,7 +40,7 @@ def meta_of(directory):
 
 
 def test_every_step_is_counted_in_meta_json(tmp_path):
-    # 250 documents: bad records must stay under corpus.py's 1% tolerance. Long documents, so
+    # 250 documents: bad records must stay under readers.py's 1% tolerance. Long documents, so
     # that one changed word leaves most of near-dedup's 5-word shingles in common.
     texts = documents(250, sentences=(12, 16))
     words = texts[1].split()

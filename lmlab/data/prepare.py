@@ -8,10 +8,11 @@
                                 every step, file hashes, token statistics
     DIR/stats.txt               the same counts and statistics, for people
 
-Steps, each counted: read (corpus.py: a bad record is skipped and counted, or fatal with
-`strict`); clean (cleaning.py); mix weighted sources by up- or down-sampling; split train and
-validation by a hash of each document; train or load the tokenizer; encode in parallel
-batches (the tokenizer's Rust threads) and stream ids and sentence offsets to disk.
+Steps, each counted: read (readers.py: a bad record is skipped and counted, or fatal with
+`strict`); clean (cleaning.py, near_dedup.py); mix weighted sources by up- or down-sampling
+(mixing.py); split train and validation by a hash of each document; train or load the
+tokenizer; encode in parallel batches (the tokenizer's Rust threads) and stream ids and
+sentence offsets to disk.
 
 Memory stays bounded: documents move in chunks, and all that grows per document is the
 dedup digests. Weighted sources are cleaned one by one (a document repeated across sources
@@ -46,17 +47,9 @@ import tokenizers
 from tokenizers import Encoding, Tokenizer
 
 from lmlab.data.cleaning import CleaningReport, clean, split_of
-from lmlab.data.corpus import (
-    MixedSource,
-    ReadStats,
-    mix,
-    parse_source,
-    plan_mix,
-    read_sources,
-    realised_shares,
-    source_files,
-)
 from lmlab.data.errors import DataError
+from lmlab.data.mixing import MixedSource, mix, parse_source, plan_mix, realised_shares
+from lmlab.data.readers import ReadStats, read_sources, source_files
 from lmlab.data.recipe import Recipe, make_recipe
 from lmlab.data.sentences import sentence_starts, token_starts
 from lmlab.data.shards import TokenWriter, pack_documents

@@ -11,13 +11,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.cleaning import (
-    NORMALISATIONS,
-    CleaningConfig,
-    NearDedupConfig,
-    QualityThresholds,
-)
+from lmlab.data.cleaning import NORMALISATIONS, CleaningConfig, QualityThresholds
 from lmlab.data.errors import DataError
+from lmlab.data.near_dedup import NearDedupConfig
 from lmlab.data.shards import token_dtype
 from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
 
@@ -35,7 +31,7 @@ FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int
 @dataclass(frozen=True)
 class Recipe:
     sources: tuple[str, ...] = ()  # SOURCE[:WEIGHT] each; none = the built-in corpus
-    # reading (see corpus.py)
+    # reading (see readers.py)
     text_field: str = "text"
     blank_line_documents: bool = False
     strict: bool = False

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from lmlab.data.corpus import read_sources
 from lmlab.data.dataset import open_dataset
 from lmlab.data.errors import DataError
+from lmlab.data.readers import read_sources
 from lmlab.runs import Run
 
 ENCODE_BATCH = 256

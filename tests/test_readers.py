@@ -1,29 +1,22 @@
-"""Readers for every format and compression, source specs, bad input, weighted mixing."""
+"""Readers for every format and compression, sources, bad input."""
 
 import gzip
 import json
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from lmlab.data import corpus
-from lmlab.data.corpus import (
+from lmlab.data import readers
+from lmlab.data.errors import DataError
+from lmlab.data.readers import (
     ReadOptions,
     ReadStats,
-    SourceSpec,
     expand_sources,
-    mix,
-    parse_source,
-    plan_mix,
     read_file,
     read_sources,
-    realised_shares,
-    resample,
 )
-from lmlab.data.errors import DataError
 
 DOCS = ["First document,\nwith two lines.", "Second — ünïcode “quotes”.", "Third, \"quoted\"."]
 
@@ -81,7 +74,7 @@ def test_each_text_format_reads_the_same_documents_compressed_or_not(tmp_path, c
 
 
 def test_json_streams_an_array_across_read_chunks_and_accepts_bare_objects(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "JSON_READ_CHARS", 7)  # every value spans several reads
+    monkeypatch.setattr(readers, "JSON_READ_CHARS", 7)  # every value spans several reads
     docs = [f"document {i} " + "x" * (i * 5) for i in range(20)]
     array = write(tmp_path / "array.json", json.dumps([{"text": d} for d in docs]).encode())
     assert read(array) == docs
@@ -97,7 +90,7 @@ def test_field_and_column_options(tmp_path):
 
 
 def test_parquet_streams_row_groups_and_counts_null_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "PARQUET_BATCH_ROWS", 3)
+    monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 3)
     texts = [f"row {i}" for i in range(500)] + [None]
     pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=64)
     stats = ReadStats()
@@ -138,18 +131,6 @@ def test_directories_recurse_in_sorted_order_and_skip_other_files(tmp_path):
                                                                  "z.txt"]
     assert list(read_sources([str(tmp_path)])) == ["a", "c", "z"]
     assert list(read_sources([str(tmp_path / "b" / "*.txt*")])) == ["c", "z"]
-
-
-def test_source_specs_take_a_trailing_number_as_weight(tmp_path):
-    assert parse_source("corpus.jsonl:0.7") == SourceSpec("corpus.jsonl", 0.7)
-    assert parse_source("code/:3") == SourceSpec("code/", 3.0)
-    assert parse_source("plain.txt") == SourceSpec("plain.txt", None)
-    assert parse_source("s3:bucket/x.txt") == SourceSpec("s3:bucket/x.txt", None)
-    existing = tmp_path / "odd:2"
-    existing.write_text("x")
-    assert parse_source(str(existing)) == SourceSpec(str(existing), None)
-    one_line_error("a.txt:-1: the weight must be a positive number",
-                   lambda: parse_source("a.txt:-1"))
 
 
 # ---------------------------------------------------------------- bad input
@@ -218,49 +199,3 @@ def test_an_empty_corpus_is_an_error(tmp_path):
     write(tmp_path / "empty.jsonl", b"\n\n")
     one_line_error("empty.jsonl: the corpus is empty",
                    lambda: list(read_sources([str(tmp_path / "empty.jsonl")])))
-
-
-# ---------------------------------------------------------------- mixing
-
-
-def test_weights_are_target_shares_met_by_resampling():
-    counts = {"big": 2000, "small": 200}
-    plan = plan_mix(counts, {"big": 0.7, "small": 0.3})
-    assert [round(s.multiplier, 3) for s in plan] == [0.77, 3.3]
-    streams = [[f"big {i}" for i in range(2000)], [f"small {i}" for i in range(200)]]
-    mixed = list(mix(streams, plan, seed=0))
-    shares = realised_shares(plan)
-    assert abs(shares["big"] - 0.7) < 0.02 and abs(shares["small"] - 0.3) < 0.02
-    assert abs(len(mixed) - 2200) < 60  # the corpus keeps its size
-    assert [s.documents_in for s in plan] == [2000, 200]
-    # Interleaved evenly: the first tenth already has about the target shares.
-    head = mixed[: len(mixed) // 10]
-    assert 0.2 < sum(d.startswith("small") for d in head) / len(head) < 0.4
-
-
-def test_mixing_is_deterministic_for_a_seed():
-    def run(seed):
-        plan = plan_mix({"a": 50, "b": 50}, {"a": 1, "b": 2})
-        return list(mix([range(50), range(100, 150)], plan, seed))
-
-    assert run(1) == run(1) and run(1) != run(2)
-
-
-def test_no_weights_keep_every_document_once():
-    plan = plan_mix({"a": 3, "b": 2}, None)
-    assert sorted(mix([["a1", "a2", "a3"], ["b1", "b2"]], plan, seed=0)) == \
-        ["a1", "a2", "a3", "b1", "b2"]
-    assert realised_shares(plan) == {"a": 0.6, "b": 0.4}
-
-
-def test_resampling_keeps_the_expected_count():
-    rng = np.random.default_rng(0)
-    assert len(list(resample(range(10_000), 2.25, rng))) == pytest.approx(22_500, rel=0.01)
-    assert len(list(resample(range(10_000), 0.1, rng))) == pytest.approx(1_000, rel=0.1)
-
-
-def test_weights_for_some_sources_only_are_refused():
-    one_line_error("give every source a weight, or none",
-                   lambda: plan_mix({"a": 1, "b": 1}, {"a": 0.5}))
-    (unweighted,) = plan_mix({"a": 4}, None)
-    assert (unweighted.multiplier, unweighted.share) == (1.0, 1.0)
