@@ -39,6 +39,8 @@ from lmlab.train.throughput import device_peak_flops, flops_per_token
 
 MASKED_OBJECTIVES = ("mlm", "mlm+nsp", "mntp")
 PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# A step's time over its timed forward and backward: optimizer, data and logging on top.
+STEP_OVERHEAD = 1.15
 
 
 class TrainingError(RuntimeError):
@@ -376,4 +378,4 @@ def _seconds_per_micro_batch(cfg: TrainConfig, model: LanguageModel, objective: 
             compute_loss(batch).mean().backward()
         timings.append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
-    return min(timings) * 1.15  # optimizer, data and logging on top
+    return min(timings) * STEP_OVERHEAD
