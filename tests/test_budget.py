@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 
 from lmlab.model import LanguageModel
@@ -39,7 +41,28 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     original = built.make_batch
     monkeypatch.setattr(built, "make_batch",
                         lambda ids, *a: rows.append(len(ids)) or original(ids, *a))
+    # A clock under the test's control: the two timed micro-batches take 0.5 s and 0.25 s.
+    readings = iter([100.0, 100.5, 200.0, 200.25])
+    monkeypatch.setattr(pretraining, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
     steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4)
     assert rows == [2, 2]  # timed twice, on one micro-batch
-    assert steps >= 1
+    assert next(readings, None) is None  # each timing read the clock twice
+    # the faster timing, times 4 micro-batches per step, fills the minute
+    assert steps == steps_in_minutes(1.0, 4 * 0.25 * pretraining.STEP_OVERHEAD) == 52
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
+    special = SpecialTokens.layout(300)
+    built = build_objective("clm", special)
+    model = LanguageModel(preset("gpt2-tiny", 300, 32), heads=built.heads)
+    # 1 s per micro-batch: 60 / (2 × 1 × overhead) = 26 steps in a minute
+    monkeypatch.setattr(pretraining, "time",
+                        SimpleNamespace(perf_counter=iter([0.0, 1.0, 5.0, 6.0]).__next__))
+    timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2)
+    config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
+    assert pretraining._total_steps(config, **timed) == 10
+    monkeypatch.setattr(pretraining, "time",
+                        SimpleNamespace(perf_counter=iter([0.0, 1.0, 5.0, 6.0]).__next__))
+    config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=500)
+    assert pretraining._total_steps(config, **timed) == 26

@@ -1,5 +1,7 @@
 """Checkpoints: atomic, verified, exact round trip, pruning."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -19,16 +21,33 @@ def trained_pair(seed=0):
     return model, optimizer
 
 
+def assert_same_optimizer_state(expected: dict, got: dict) -> None:
+    assert expected["param_groups"] == got["param_groups"]
+    assert expected["state"].keys() == got["state"].keys()
+    for index, entries in expected["state"].items():
+        assert entries.keys() == got["state"][index].keys(), index
+        for name, value in entries.items():
+            assert torch.equal(value, got["state"][index][name]), (index, name)
+
+
 def test_round_trip_restores_weights_optimizer_and_rng(tmp_path):
     model, optimizer = trained_pair()
+    saved_optimizer = copy.deepcopy(optimizer.state_dict())
     state = {"optimizer": optimizer.state_dict(), "step": 7, "rng": torch.get_rng_state(),
              "numpy_rng": np.random.default_rng(3).bit_generator.state, "data": {"next": 5}}
     path = save_checkpoint(tmp_path, 7, model, state)
     fresh, fresh_optimizer = trained_pair(seed=1)
+    fresh_optimizer.param_groups[0]["lr"] = 0.5  # hyperparameters must come back too
+    # the fresh optimizer's moments differ, so matching below means they were restored
+    assert not torch.equal(fresh_optimizer.state_dict()["state"][0]["exp_avg"],
+                           saved_optimizer["state"][0]["exp_avg"])
     loaded = load_checkpoint(path, fresh)
     fresh_optimizer.load_state_dict(loaded["optimizer"])
     for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+    restored = fresh_optimizer.state_dict()
+    assert len(restored["state"]) == len(list(fresh.parameters()))  # Adam moments for each
+    assert_same_optimizer_state(saved_optimizer, restored)
     assert fresh.heads["lm"].decoder.weight is fresh.backbone.token_embedding.weight  # still tied
     assert loaded["step"] == 7 and loaded["data"] == {"next": 5}
     assert torch.equal(loaded["rng"], state["rng"])

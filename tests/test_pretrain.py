@@ -75,7 +75,15 @@ def test_resume_after_sigkill_reproduces_every_step_bitwise(tmp_path):
     process.wait()
     stopped_at = max(train_losses(killed))
     assert stopped_at < 150, "the run finished before it could be killed"
+    # Without a checkpoint, --resume would start afresh and match just as well.
+    saved = list_checkpoints(killed / "checkpoints")
+    assert saved, "no checkpoint was written before the kill"
+    resumed_from = verify_checkpoint(saved[-1])["step"]
+    assert 1 <= resumed_from <= stopped_at
+    before = [r for r in read_metrics(killed) if r["step"] <= resumed_from]
     run_script(killed, *args, "--resume")
+    # Records up to the checkpoint are the killed run's own, timings included: not redone.
+    assert [r for r in read_metrics(killed) if r["step"] <= resumed_from] == before
     assert train_losses(killed) == expected  # bitwise: same floats at every step
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lmlab.objectives import IGNORE_INDEX, SpanCorruption
+from lmlab.objectives import IGNORE_INDEX, SpanCorruption, SpecialTokens
 from lmlab.objectives.span_corruption import (
     corrupt_spans,
     longest_source,
@@ -27,21 +27,36 @@ def spans_of(noise: torch.Tensor) -> list[tuple[bool, int]]:
 
 @pytest.mark.parametrize("length", [2, 5, 10, 17, 100, 511, 512])
 @pytest.mark.parametrize("density,mean", [(0.15, 3.0), (0.5, 3.0), (0.15, 8.0), (0.5, 32.0)])
-def test_counts_follow_t5_rules_exactly(length, density, mean):
-    noise_tokens = min(max(round(length * density), 1), length - 1)
-    noise_spans = max(round(noise_tokens / mean), 1)
-    assert span_counts(length, density, mean)[0] == noise_tokens
+def test_the_mask_holds_the_counted_noise_in_alternating_spans(length, density, mean):
+    noise_tokens, noise_spans = span_counts(length, density, mean)
     mask = noise_mask(length, density, mean, seeded(length))
     runs = spans_of(mask)
     assert int(mask.sum()) == noise_tokens
-    assert [flag for flag, _ in runs] == [False, True] * (len(runs) // 2)  # keep first, alternate
-    assert len(runs) == 2 * min(noise_spans, noise_tokens, length - noise_tokens)
+    assert [flag for flag, _ in runs] == [False, True] * noise_spans  # keep first, alternate
 
 
 def test_t5_reference_counts():
-    # T5 defaults on its 512-token inputs: 77 noise tokens in 26 spans (round-half-even).
-    assert span_counts(512, 0.15, 3.0) == (77, 26)
-    assert span_counts(114, 0.15, 3.0) == (17, 6)
+    # T5's random_spans_helper for 512-token inputs at density 0.15 and mean span 3 reads
+    # 568 raw tokens and gives 114-token targets: 85 noise tokens in 28 spans, so inputs are
+    # 568 - 85 + 28 sentinels + [EOS] = 512 and targets 85 + 28 sentinels + [EOS] = 114.
+    assert span_counts(568, 0.15, 3.0) == (85, 28)
+    special = SpecialTokens.layout(vocab_size=1000, n_sentinels=100)
+    source = torch.arange(568) + 200  # ordinary ids, above the sentinels
+    for seed in range(5):
+        noise = noise_mask(568, 0.15, 3.0, seeded(seed))
+        inputs, targets = corrupt_spans(source, noise, special.sentinels, special.eos)
+        assert (len(inputs), len(targets)) == (512, 114)
+
+
+def test_counts_at_t5s_clamps_and_ties():
+    # T5 takes at least one noise token and at most length - 1, at least one span, and
+    # rounds half to even (tf.round, like Python's round): 2.5 → 2.
+    assert span_counts(2, 0.15, 3.0) == (1, 1)
+    assert span_counts(10, 0.99, 9.0) == (9, 1)
+    assert span_counts(5, 0.5, 1.0) == (2, 2)
+    assert span_counts(30, 0.5, 6.0) == (15, 2)
+    # Beyond T5: no more spans than kept tokens, as each noise span follows a kept one.
+    assert span_counts(10, 0.9, 1.0) == (9, 1)
 
 
 def test_random_segmentation_is_positive_and_covers_all_items():
@@ -77,7 +92,7 @@ def test_density_over_many_samples_matches(special):
     samples = 2000
     for seed in range(samples):
         counts += noise_mask(97, 0.15, 3.0, seeded(seed)).float()
-    assert counts.sum() / (97 * samples) == pytest.approx(round(97 * 0.15) / 97)
+    assert counts.sum() == 15 * samples  # 97 × 0.15 = 14.55 noise tokens, rounded: 15 each
     # noise lands everywhere but the first position (T5 always opens with kept tokens)
     assert counts[0] == 0 and (counts[1:] > 0).all()
     assert counts[10:-10].std() / counts[10:-10].mean() < 0.15
@@ -104,8 +119,6 @@ def test_batch_is_a_prefix_lm_over_inputs_then_targets(special):
 
 
 def test_too_few_sentinels_is_a_clear_error(special):
-    from lmlab.objectives import SpecialTokens
-
     few = SpecialTokens.layout(vocab_size=400, n_sentinels=2)
     with pytest.raises(ValueError, match="sentinels"):
         SpanCorruption(few).make_batch(random_block(few, 1, 128), seeded(0))

@@ -70,7 +70,8 @@ def longest_source(block_len: int, noise_density: float, mean_span_length: float
 
 
 class SpanCorruption(Objective):
-    """Before / after (density 0.33, sentinels `<0>`, `<1>`; `|` = [EOS]):
+    """Before / after (noise density 0.5, mean span length 2: 3 noise tokens in 2 spans;
+    sentinels `<0>`, `<1>`; `|` = [EOS]):
 
         tokens  a b c d e f
         prefix  a <0> d e <1> |          (bidirectional)

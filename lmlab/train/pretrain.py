@@ -35,6 +35,9 @@ from lmlab.train.precision import PRECISION_DTYPES, autocast, grad_scaler
 from lmlab.train.schedule import Schedule
 from lmlab.train.throughput import device_peak_flops, flops_per_token
 
+# A step's time over its timed forward and backward: optimizer, data and logging on top.
+STEP_OVERHEAD = 1.15
+
 
 def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
     """The preset asked for; `auto` is a BERT for objectives that only read bidirectionally
@@ -210,4 +213,4 @@ def _seconds_per_micro_batch(cfg: TrainConfig, model: LanguageModel, objective: 
             compute_loss(batch).mean().backward()
         timings.append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
-    return min(timings) * 1.15  # optimizer, data and logging on top
+    return min(timings) * STEP_OVERHEAD
