@@ -9,6 +9,9 @@ import pytest
 
 from lmlab.train.metrics import read_metrics
 
+# Every test starts `python -m lmlab` afresh (seconds of imports each), and several train.
+pytestmark = pytest.mark.slow
+
 
 def lmlab(*args, cwd, cache):
     env = {**os.environ, "LMLAB_CACHE_DIR": str(cache)}

@@ -23,6 +23,7 @@ def masked(ids: list[int], *at: int) -> list[int]:
     return [SPECIAL.mask if i in at else token for i, token in enumerate(ids)]
 
 
+@pytest.mark.slow
 def test_a_tiny_mlm_ranks_the_forced_token_first(cycle_mlm):
     texts = [cycle(start, 12) for start in range(0, 20, 3)]
     positions = [2, 5, 11, 0, 7, 9, 4]
@@ -35,6 +36,7 @@ def test_a_tiny_mlm_ranks_the_forced_token_first(cycle_mlm):
             (c.probability for c in candidates), reverse=True)
 
 
+@pytest.mark.slow
 def test_a_tiny_masked_next_token_model_fills_from_the_position_before(tmp_path):
     out = train_cycle_run(tmp_path / "run", "mntp", steps=300, mlm_rate=0.3)
     mntp = load(out, special=SPECIAL)
@@ -48,12 +50,14 @@ def test_a_tiny_masked_next_token_model_fills_from_the_position_before(tmp_path)
         mntp.fill_mask(masked(cycle(0, 6), 0))
 
 
+@pytest.mark.slow
 def test_several_masks_in_one_text_are_each_filled(cycle_mlm):
     text = cycle(4, 14)
     masks = cycle_mlm.fill_mask(masked(text, 3, 8, 12), top_k=2)
     assert [mask[0].id for mask in masks] == [text[3], text[8], text[12]]
 
 
+@pytest.mark.slow
 def test_a_text_fills_the_same_alone_and_beside_longer_texts(cycle_mlm):
     short = masked(cycle(1, 6), 2)
     alone = cycle_mlm.fill_mask(short, top_k=4)
@@ -64,6 +68,7 @@ def test_a_text_fills_the_same_alone_and_beside_longer_texts(cycle_mlm):
         [c.probability for c in batched[0]], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_text_without_a_mask_is_a_one_line_error(cycle_mlm):
     with pytest.raises(ValueError, match="text 2 has no \\[MASK\\] token"):
         cycle_mlm.fill_mask([masked(cycle(0, 5), 1), cycle(0, 5)])

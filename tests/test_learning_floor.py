@@ -61,6 +61,7 @@ def masked_floor(chain):
     return floor
 
 
+@pytest.mark.slow
 def test_causal_lm_reaches_within_10_percent_of_the_entropy_rate_and_never_below():
     chain = MarkovChain.random(n_symbols=50, concentration=0.1, seed=0)
     special = SpecialTokens.layout(vocab_size=FIRST_SYMBOL_ID + 50)
@@ -71,6 +72,7 @@ def test_causal_lm_reaches_within_10_percent_of_the_entropy_rate_and_never_below
     assert history[-1] < 1.10 * floor, (history, floor)
 
 
+@pytest.mark.slow
 def test_masked_lm_approaches_the_exact_posterior_entropy_and_never_goes_below():
     chain = MarkovChain.random(n_symbols=20, concentration=0.1, seed=0)
     special = SpecialTokens.layout(vocab_size=FIRST_SYMBOL_ID + 20)
@@ -83,6 +85,7 @@ def test_masked_lm_approaches_the_exact_posterior_entropy_and_never_goes_below()
     assert history[-1] < 1.10 * floor, (history, floor)
 
 
+@pytest.mark.slow
 def test_the_floor_check_catches_a_leaking_mask():
     """Causal targets under a bidirectional mask can be copied: the loss falls through the
     floor within a few hundred steps, which is what the checks above would flag."""

@@ -60,6 +60,7 @@ def test_a_run_leaves_a_usable_directory(tmp_path):
     assert verify_checkpoint(list_checkpoints(out / "checkpoints")[-1])["step"] == 6
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_reproduces_every_step_bitwise(tmp_path):
     args = ["--objective", "clm", "--steps", "150", "--batch-size", "8",
             "--micro-batch-size", "4", "--checkpoint-every", "7", "--eval-every", "50",
@@ -161,6 +162,7 @@ def test_repeated_non_finite_losses_stop_the_run_with_the_checkpoint_intact(tmp_
     assert verify_checkpoint(last)["step"] == 3
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     out = tmp_path / "run"
     process = run_script(out, "--objective", "clm", "--steps", "100000", "--batch-size", "4",
@@ -186,6 +188,7 @@ def torchrun(nproc: int) -> tuple[str, ...]:
             "--master-port", str(free_port()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_match_one_process_and_resume(tmp_path, strategy):
     args = ["--objective", "clm", "--steps", "6", "--batch-size", "8",
@@ -208,6 +211,7 @@ def test_two_processes_match_one_process_and_resume(tmp_path, strategy):
         assert {"optimizer-rank-0.pt", "optimizer-rank-1.pt", "model.safetensors"} <= names
 
 
+@pytest.mark.slow
 def test_learning_floor_through_pretrain(tmp_path):
     chain, dataset = synthetic_dataset()
     out = pretraining.pretrain(config(tmp_path, steps=300, batch_size=32, seq_len=64,
