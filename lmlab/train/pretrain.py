@@ -28,7 +28,6 @@ from lmlab.train.loop import (
     TrainingError,
     forward_loss,
     run_training,
-    step_seed,
 )
 from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import PRECISION_DTYPES, autocast, grad_scaler
@@ -58,9 +57,7 @@ def micro_batches_per_step(cfg: TrainConfig, env: distributed.Env) -> tuple[int,
 
 
 class PretrainingData:
-    """Micro-batches of packed blocks, each made into the objective's batch. A micro-batch's
-    randomness (masks, spans, splits) is seeded by its number in the global order of
-    micro-batches, so it does not depend on how a step's rows are split across ranks."""
+    """Micro-batches of packed blocks, each made into the objective's batch."""
 
     def __init__(self, blocks: BlockBatches, objective: Objective, accumulation: int,
                  num_workers: int) -> None:
@@ -72,8 +69,6 @@ class PretrainingData:
         batches = []
         for _ in range(self.accumulation):
             self.last = next(self.stream)
-            number = self.last.index * self.blocks.world_size + self.blocks.rank
-            generator.manual_seed(step_seed(self.blocks.seed, number, step))
             batches.append(self.objective.make_batch(self.last.tokens, generator, step))
         return batches
 
