@@ -70,13 +70,12 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_options(parser: argparse.ArgumentParser, kinds: dict[str, type],
-                       specs: dict) -> None:
+def add_config_options(parser: argparse.ArgumentParser, specs: dict) -> None:
     """One option per configuration field (`--lr 3e-4`), booleans as switches, each with the
     field's help, default and choices. Values stay strings (None when not given) for the
-    configuration to parse, so a given option can be told from a default."""
-    for name, kind in kinds.items():
-        spec = specs[name]
+    configuration to parse, so a given option can be told from a default. `specs` maps each
+    field's name to its dataclass Field and type."""
+    for name, (spec, kind) in specs.items():
         default = spec.default if spec.default is not MISSING else spec.default_factory()
         shown = "" if default is None else f" (default: {default})".replace("%", "%%")
         help_text = help_of(spec).replace("%", "%%") + shown

@@ -20,7 +20,7 @@ def add_pretrain_command(commands: argparse._SubParsersAction) -> None:
 
 def add_pretrain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
-    add_config_options(parser, flat_fields(TrainConfig), field_specs(TrainConfig))
+    add_config_options(parser, field_specs(TrainConfig))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -114,29 +114,23 @@ def _reduced(hint: Any) -> Any:
     return hint
 
 
-def flat_fields(config_class: type) -> dict[str, Any]:
-    """Every field a user can set, by flat name → type (`X | None` reduced to X); fields of
-    a grouped configuration appear under their own names."""
-    found = {}
-    for name, hint in typing.get_type_hints(config_class).items():
-        hint = _reduced(hint)
-        if dataclasses.is_dataclass(hint):
-            found.update(flat_fields(hint))
-        else:
-            found[name] = hint
-    return found
-
-
-def field_specs(config_class: type) -> dict[str, dataclasses.Field]:
-    """Every flat field's dataclass Field (default, help), as `flat_fields` names them."""
+def field_specs(config_class: type) -> dict[str, tuple[dataclasses.Field, Any]]:
+    """Every field a user can set, by flat name → (its dataclass Field, its type with
+    `X | None` reduced to X); fields of a grouped configuration appear under their own names."""
     found = {}
     hints = typing.get_type_hints(config_class)
     for spec in fields(config_class):
-        if dataclasses.is_dataclass(_reduced(hints[spec.name])):
-            found.update(field_specs(_reduced(hints[spec.name])))
+        kind = _reduced(hints[spec.name])
+        if dataclasses.is_dataclass(kind):
+            found.update(field_specs(kind))
         else:
-            found[spec.name] = spec
+            found[spec.name] = (spec, kind)
     return found
+
+
+def flat_fields(config_class: type) -> dict[str, Any]:
+    """Every field a user can set, by flat name → type."""
+    return {name: kind for name, (_, kind) in field_specs(config_class).items()}
 
 
 def check_field(name: str, config_class: type = TrainConfig) -> None:
