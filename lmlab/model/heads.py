@@ -4,7 +4,7 @@ A token head runs at chosen positions (`at`, flat indices into B·T; None = ever
 MLM that skips the ~85% of rows of the costliest matmul that carry no target. A vocabulary
 head can also stop short of its decoder and return `Unprojected` features, which a loss
 projects and scores in one fused step (lmlab/model/linear_cross_entropy.py). A sequence head's
-`at` selects rows.
+`at` selects rows or gives pooling weights; a span head scores every position.
 """
 
 from __future__ import annotations
@@ -97,29 +97,73 @@ class MLMHead(VocabularyHead):
         return self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
 
 
-class NSPHead(Head):
-    """Next-sentence prediction from the first ([CLS]) position: pooler (dense + tanh) → 2."""
+class SequenceHead(Head):
+    """One prediction per row: a pooled hidden state → dense + tanh (BERT's pooler) → dropout
+    → `num_labels` scores (1 for regression). Next-sentence prediction is this head with two
+    labels, so a pre-trained NSP pooler carries over into fine-tuning, as in BERT.
+
+    `at` says what to pool: None = the first position of every row; a 1-D tensor = those rows'
+    first position; a (B, T) float tensor = per-row pooling weights summing to 1 (one-hot at
+    [CLS] or at the last token, or uniform over the text for mean pooling).
+    """
 
     kind = "sequence"
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
         super().__init__()
         self.pooler = Linear(cfg.d_model, cfg.d_model)
-        self.classifier = Linear(cfg.d_model, 2)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.classifier = Linear(cfg.d_model, num_labels)
 
     def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        cls = hidden[:, 0] if at is None else hidden[at, 0]  # `at` selects rows here
-        return self.classifier(self.pooler(cls).tanh())
+        if at is None:
+            pooled = hidden[:, 0]
+        elif at.ndim == 1:
+            pooled = hidden[at, 0]
+        else:
+            pooled = (at.unsqueeze(-1).to(hidden.dtype) * hidden).sum(dim=1)  # (B, d)
+        return self.classifier(self.dropout(self.pooler(pooled).tanh()))
+
+
+class TokenHead(Head):
+    """A label per token (NER): dropout → `num_labels` scores at the requested positions."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.classifier = Linear(cfg.d_model, num_labels)
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
+        return self.classifier(self.dropout(gather_rows(hidden, at)))
+
+
+class SpanHead(Head):
+    """Extractive QA: a start and an end score at every position, (B, T, 2)."""
+
+    kind = "span"
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.outputs = Linear(cfg.d_model, 2)
+
+    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
+        if at is not None:
+            raise ValueError("a span head scores every position; it takes no `at`")
+        return self.outputs(hidden)
 
 
 # Heads by the name objectives and batches use for them.
-HEADS: dict[str, type[Head]] = {"lm": LMHead, "mlm": MLMHead, "nsp": NSPHead}
+HEADS: dict[str, type[Head]] = {
+    "lm": LMHead, "mlm": MLMHead, "nsp": SequenceHead,  # pre-training
+    "classify": SequenceHead, "tag": TokenHead, "span": SpanHead,  # fine-tuning
+}
 
 
-def make_head(name: str, cfg: ModelConfig) -> Head:
+def make_head(name: str, cfg: ModelConfig, **options) -> Head:
+    """The head called `name`; `options` are its own settings (e.g. num_labels)."""
     if name not in HEADS:
         raise ValueError(f"unknown head {name!r}; choose from {sorted(HEADS)}")
-    return HEADS[name](cfg)
+    return HEADS[name](cfg, **options)
 
 
 def selects_rows(name: str) -> bool:

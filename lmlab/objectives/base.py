@@ -95,7 +95,9 @@ class Batch:
         cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
         predict_at = {}
         for head, at in self.predict_at.items():
-            if at is not None:
+            if at is not None and at.ndim == 2:  # per-row weights
+                at = at[start:stop]
+            elif at is not None:
                 first, last = (start, stop) if selects_rows(head) else (start * length,
                                                                       stop * length)
                 at = at[(at >= first) & (at < last)] - first
@@ -106,6 +108,11 @@ class Batch:
             token_type_ids=cut(self.token_type_ids),
             extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
         )
+
+    def token_count(self) -> int:
+        """Tokens in the batch, padding left out."""
+        segments = self.mask.segment_ids
+        return int((segments > 0).sum()) if segments is not None else self.input_ids.numel()
 
     def to(self, device: torch.device | str) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731

@@ -1,4 +1,4 @@
-"""Training curves as a PNG, written atomically."""
+"""Training curves and confusion matrices as PNGs, written atomically."""
 
 from __future__ import annotations
 
@@ -7,17 +7,40 @@ from pathlib import Path
 from lmlab.atomic import atomic_write
 
 
-def plot_training_curves(metrics: list[dict], out_path: Path) -> None:
-    """Train and validation loss against step (top) and the learning rate (bottom)."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(figure, out_path: Path) -> None:
+    with atomic_write(Path(out_path), "wb") as f:
+        figure.savefig(f, format="png", dpi=100)
+    _pyplot().close(figure)
+
+
+def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str, ...] = ()
+                         ) -> None:
+    """Train and validation loss against step (top), the validation `scores` such as a
+    fine-tuned task's accuracy (middle, when given) and the learning rate (bottom)."""
+    plt = _pyplot()
     train = [r for r in metrics if r.get("kind") == "train" and "lr" in r]
     evals = [r for r in metrics if r.get("kind") == "eval"]
-    figure, (loss_axis, lr_axis) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
-                                                gridspec_kw={"height_ratios": [3, 1]})
+    ratios = [3, 2, 1] if scores else [3, 1]
+    figure, axes = plt.subplots(len(ratios), 1, figsize=(8, 2 * len(ratios) + 2), sharex=True,
+                                gridspec_kw={"height_ratios": ratios})
+    loss_axis, lr_axis = axes[0], axes[-1]
+    if scores:
+        for key in scores:
+            points = [(r["step"], r[key]) for r in evals if key in r]
+            if points:
+                axes[1].plot(*zip(*points, strict=True), marker="o", label=f"validation {key}")
+        axes[1].set_ylabel("score")
+        axes[1].legend()
+        axes[1].grid(alpha=0.3)
     loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
     eval_keys = sorted({k for r in evals for k in r if k.endswith("_loss")})
     for key in eval_keys:
@@ -30,7 +53,24 @@ def plot_training_curves(metrics: list[dict], out_path: Path) -> None:
     lr_axis.set_ylabel("learning rate")
     lr_axis.set_xlabel("step")
     figure.tight_layout()
-    out_path = Path(out_path)
-    with atomic_write(out_path, "wb") as f:
-        figure.savefig(f, format="png", dpi=100)
-    plt.close(figure)
+    _save(figure, out_path)
+
+
+def plot_confusion_matrix(matrix, labels: list[str], out_path: Path) -> None:
+    """Counts of gold (rows) against predicted (columns) labels, each cell annotated."""
+    plt = _pyplot()
+    size = max(4.0, 0.6 * len(labels) + 2)
+    figure, axis = plt.subplots(figsize=(size, size))
+    axis.imshow(matrix, cmap="Blues")
+    axis.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    axis.set_yticks(range(len(labels)), labels)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("gold")
+    peak = matrix.max() if matrix.size else 0
+    for row in range(len(labels)):
+        for column in range(len(labels)):
+            value = matrix[row, column]
+            axis.text(column, row, str(value), ha="center", va="center",
+                      color="white" if value > peak / 2 else "black")
+    figure.tight_layout()
+    _save(figure, out_path)

@@ -16,6 +16,7 @@ from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, word_start_table
 from lmlab.model import LanguageModel
+from lmlab.model.heads import Head, make_head
 from lmlab.objectives.base import Objective, SpecialTokens
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
@@ -112,10 +113,23 @@ def read_config(run: Path) -> dict:
     try:
         config = json.loads(path.read_text())
         ModelConfig(**config["model"])
-        config["train"]["objective"]
+        pretraining_config(config)["objective"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise RunLoadError(f"{path}: unreadable run configuration ({error})") from None
     return config
+
+
+def pretraining_config(config: dict) -> dict:
+    """The pre-training fields of a run's config: its own, or for a fine-tuned run those of
+    the run it was fine-tuned from (the objective says how the backbone learnt to read)."""
+    return config.get("pretraining", config["train"])
+
+
+def build_heads(config: dict, model_cfg: ModelConfig, objective: Objective) -> dict[str, Head]:
+    """The heads a run was trained with: those its config names with their settings (a
+    fine-tuned run's task head), else the objective's."""
+    named = config.get("heads") or dict.fromkeys(objective.heads, {})
+    return {name: make_head(name, model_cfg, **options) for name, options in named.items()}
 
 
 def objective_options(train: dict) -> ObjectiveOptions:
@@ -128,7 +142,7 @@ def objective_options(train: dict) -> ObjectiveOptions:
 
 def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu",
              special: SpecialTokens | None = None) -> Run:
-    """Load a run directory written by `lmlab pretrain`.
+    """Load a run directory written by `lmlab pretrain` or `lmlab finetune`.
 
     `checkpoint` is "best", "last" or a checkpoint name such as "step-00001000". `special`
     gives the special tokens of a run trained on token ids without a tokenizer.json (by
@@ -148,14 +162,16 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
     chosen = pick_checkpoint(run, checkpoint)
-    spec = config["train"]["objective"]
+    pretraining = pretraining_config(config)
+    spec = pretraining["objective"]
     try:
-        options = objective_options(config["train"])
+        options = objective_options(pretraining)
         word_starts = word_start_table(tokenizer) if tokenizer and options.whole_word else None
         objective = build_objective(spec, special, options, word_starts)
+        heads = build_heads(config, model_cfg, objective)
     except (ValueError, TypeError) as error:
         raise RunLoadError(f"{run / CONFIG}: {error}") from None
-    model = LanguageModel(model_cfg, heads=objective.heads)  # as training built it
+    model = LanguageModel(model_cfg, heads=heads)  # as training built it
     try:
         load_checkpoint(chosen, model)
     except CheckpointError as error:

@@ -57,16 +57,17 @@ class LoopConfig:
     keep_last: int = documented(2, "checkpoints kept besides the best one")
     log_every: int = documented(10, "steps between log lines in metrics.jsonl")
     seed: int = documented(0, "initial weights, data order and every random choice")
-    num_workers: int = documented(0, "data-loading worker processes")
     distributed: Literal["ddp", "fsdp"] = documented(
         "ddp", "under torchrun: DDP, or FSDP2 (fully_shard) to shard weights and optimizer")
+    patience: int | None = documented(
+        None, "stop early after this many validations in a row without a new best")
     resume: bool = documented(False, "continue the run in --out exactly where it stopped")
     overwrite: bool = documented(False, "replace the run in --out")
 
     def __post_init__(self) -> None:
         check_choices(self)
-        for name in ("batch_size", "eval_every", "checkpoint_every", "log_every"):
-            if getattr(self, name) < 1:
+        for name in ("batch_size", "eval_every", "checkpoint_every", "log_every", "patience"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
@@ -90,6 +91,7 @@ class TrainConfig(LoopConfig):
                                        help='model config fields as JSON, e.g. '
                                             '\'{"dropout": 0.1}\'')
     seq_len: int = documented(128, "tokens per training row")
+    num_workers: int = documented(0, "data-loading worker processes")
     steps: int | None = documented(None, "a step budget")
     tokens: str | None = documented(None, "a token budget such as 20M, or chinchilla (20 × "
                                           "parameters)")

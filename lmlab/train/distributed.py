@@ -8,6 +8,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -161,3 +162,17 @@ def any_rank(flags: tuple[bool, ...], env: Env) -> tuple[bool, ...]:
     values = torch.tensor([float(flag) for flag in flags], device=env.device)
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return tuple(bool(v) for v in values.tolist())
+
+
+def from_rank_0(value, env: Env):
+    """Rank 0's `value` on every rank (a picklable object)."""
+    if not env.distributed:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def broadcast_path(path: Path | None, env: Env) -> Path | None:
+    holder = from_rank_0(str(path) if path else "", env)
+    return Path(holder) if holder else None

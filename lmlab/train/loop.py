@@ -20,11 +20,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from lmlab.objectives.base import Batch, LossSum, Objective
+from lmlab.objectives.base import Batch, LossSum
 from lmlab.runs.checkpoints import checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
-from lmlab.train.checkpoint import prune_checkpoints, save_checkpoint
+from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
 from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.precision import autocast
@@ -46,7 +46,17 @@ class LoopState:
     nonfinite_streak: int = 0
     best_eval: float = math.inf
     best_checkpoint: str = ""
+    evals_since_best: int = 0
     data: dict = field(default_factory=dict)
+
+
+class Loss(Protocol):
+    """What the loop asks of an objective or a fine-tuning task: each loss term's target count
+    before the forward pass, then the summed losses."""
+
+    def target_counts(self, batch: Batch) -> dict[str, torch.Tensor]: ...
+
+    def loss(self, outputs: dict, batch: Batch) -> LossSum: ...
 
 
 class StepData(Protocol):
@@ -67,16 +77,16 @@ class Training:
     train_model: nn.Module  # the same, wrapped for DDP/FSDP2 when distributed
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
-    objective: Objective
+    objective: Loss
     data: StepData
     schedule: Schedule
     validate: Callable[[], dict[str, float]]  # metrics of the model as it is now
     headline: Callable[[dict[str, float]], float]  # one number, lower is better
     out: Path
     state: LoopState
-    tokens_per_step: int
     flops_per_token: float
     peak_flops: float  # of all ranks together
+    scores: tuple[str, ...] = ()  # validation metrics plotted beside the losses
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -100,7 +110,7 @@ class StopRequest:
             signal.signal(signum, handler)
 
 
-def forward_loss(model, objective: Objective, compile_model: bool):
+def forward_loss(model, objective: Loss, compile_model: bool):
     """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
     projection + cross-entropy (lmlab/model/linear_cross_entropy.py), so full logits are never
     materialised. With `compile_model` the model is compiled as one graph and the loss stays
@@ -114,7 +124,7 @@ def forward_loss(model, objective: Objective, compile_model: bool):
     return run
 
 
-def train_step(model, compute_loss, objective: Objective, micro_batches, env, precision,
+def train_step(model, compute_loss, objective: Loss, micro_batches, env, precision,
                scaler):
     """Forward and backward over a step's micro-batches; the loss is normalised by the
     global target count of each term. Returns (loss, per-term losses) of the step."""
@@ -164,8 +174,9 @@ def run_training(t: Training) -> LoopState:
             loss, terms = train_step(t.train_model, compute_loss, t.objective, micro_batches,
                                      t.env, cfg.precision, t.scaler)
             grad_norm = _unscaled_grad_norm(t)
+            tokens = sum(batch.token_count() for batch in micro_batches) * t.env.world_size
             state.step += 1
-            state.tokens += t.tokens_per_step
+            state.tokens += tokens
             state.data = t.data.state_dict()
             # One collective for both, so every rank takes the same branch and stops together.
             nonfinite, stopping = distributed.any_rank(
@@ -175,17 +186,18 @@ def run_training(t: Training) -> LoopState:
                 continue
             state.nonfinite_streak = 0
             _optimizer_step(t)
-            throughput.add(t.tokens_per_step)
+            throughput.add(tokens)
             if state.step % cfg.log_every == 0 or state.step == state.total_steps:
                 _log_step(t, log, bar, throughput, loss=loss, lr=lr, grad_norm=grad_norm,
                           terms=terms)
-            _validate_and_save(t, log, stopping)
+            if _validate_and_save(t, log, stopping):
+                break
     finally:
         stop.restore()
         bar.close()
         log.close()
     if t.env.is_main:
-        log.plot(t.out / CURVES)
+        log.plot(t.out / CURVES, t.scores)
     if stop.requested and t.env.is_main:
         print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
     return state
@@ -249,12 +261,13 @@ def _log_step(t: Training, log: MetricsLog, bar: ProgressBar, throughput: Throug
     bar.update(t.state.step, loss=loss, lr=lr, tokens_per_second=tokens_per_second)
 
 
-def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> None:
+def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> bool:
     """Validate every `eval_every` steps and at the end; save on a new best, at the end, when
-    stopping and every `checkpoint_every` steps."""
+    stopping and every `checkpoint_every` steps. Returns whether to stop early: `patience`
+    validations in a row without a new best."""
     state, cfg = t.state, t.cfg
     finished = state.step == state.total_steps
-    improved = False
+    improved = early_stop = False
     if state.step % cfg.eval_every == 0 or finished:
         metrics = t.validate()
         log.log("eval", state.step, **metrics)
@@ -262,8 +275,14 @@ def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> None:
         if improved:
             state.best_eval = t.headline(metrics)
             state.best_checkpoint = checkpoint_name(state.step)
-    if improved or finished or stopping or state.step % cfg.checkpoint_every == 0:
+        state.evals_since_best = 0 if improved else state.evals_since_best + 1
+        early_stop = cfg.patience is not None and state.evals_since_best >= cfg.patience
+        if early_stop and t.env.is_main:
+            print(f"\nstopping early at step {state.step}: no better validation in "
+                  f"{cfg.patience} evaluations")
+    if improved or finished or stopping or early_stop or state.step % cfg.checkpoint_every == 0:
         save_training(t)
+    return early_stop
 
 
 def save_training(t: Training) -> None:
@@ -284,6 +303,19 @@ def save_training(t: Training) -> None:
     if t.env.is_main:
         best = t.state.best_checkpoint
         prune_checkpoints(directory, t.cfg.keep_last, {directory / best} if best else set())
+
+
+def restore_loop_state(saved: dict, checkpoint: Path, model: nn.Module, optimizer,
+                       env: distributed.Env) -> LoopState:
+    """Optimizer and loop state from a checkpoint whose weights are loaded."""
+    if distributed.is_sharded(model):
+        distributed.load_local_optimizer_state(optimizer, load_optimizer_shard(checkpoint, env))
+    elif "optimizer" in saved:
+        optimizer.load_state_dict(saved["optimizer"])
+    else:
+        raise TrainingError(f"{checkpoint} was written by an FSDP run; resume it with "
+                            "--distributed fsdp under torchrun with as many processes")
+    return LoopState(**saved["loop"])
 
 
 def _latest(out: Path) -> str:

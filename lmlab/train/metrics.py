@@ -62,10 +62,10 @@ class MetricsLog:
             for name, value in scalars.items():
                 self.tensorboard.add_scalar(f"{kind}/{name}", value, step)
 
-    def plot(self, out_path: Path) -> None:
+    def plot(self, out_path: Path, scores: tuple[str, ...] = ()) -> None:
         from lmlab.report.plots import plot_training_curves
 
-        plot_training_curves(read_metrics(self.run_dir), out_path)
+        plot_training_curves(read_metrics(self.run_dir), out_path, scores)
 
     def close(self) -> None:
         if self.file is not None:

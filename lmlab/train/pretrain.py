@@ -19,20 +19,19 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import TOKENIZER, prepare_run_dir
 from lmlab.train import distributed
 from lmlab.train.budget import DEFAULT_MINUTES, step_budget, steps_in_minutes
-from lmlab.train.checkpoint import load_optimizer_shard
 from lmlab.train.config import TrainConfig
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
     Training,
-    TrainingError,
     forward_loss,
+    restore_loop_state,
     run_training,
 )
 from lmlab.train.optim import make_optimizer
-from lmlab.train.precision import PRECISION_DTYPES, autocast, grad_scaler
+from lmlab.train.precision import autocast, grad_scaler
 from lmlab.train.schedule import Schedule
-from lmlab.train.throughput import device_peak_flops, flops_per_token
+from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
 # A step's time over its timed forward and backward: optimizer, data and logging on top.
 STEP_OVERHEAD = 1.15
@@ -95,7 +94,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
               "dataset": str(dataset.path)}
     resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
-    resume_from = _broadcast_path(resume_from, env)
+    resume_from = distributed.broadcast_path(resume_from, env)
     if dataset.tokenizer_json and env.is_main:
         (out / TOKENIZER).write_text(dataset.tokenizer_json)
 
@@ -106,13 +105,13 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
     state = LoopState()
     if saved is not None:
-        state = _restore_optimizer(saved, resume_from, model, optimizer, env)
+        state = restore_loop_state(saved, resume_from, model, optimizer, env)
     blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
                           special.pad, special.sep, cfg.seed, env.rank, env.world_size)
     if state.data:
         blocks.load_state_dict(state.data)
     if not state.total_steps:
-        state.total_steps = _from_rank_0(  # timed by each rank, rank 0's count for all
+        state.total_steps = distributed.from_rank_0(  # timed by each rank, rank 0's count for all
             _total_steps(cfg, model, objective, special, micro_size, accumulation), env)
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
@@ -128,46 +127,11 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
                                   env, cfg.precision),
         headline=headline_loss, out=out, state=state,
-        tokens_per_step=cfg.batch_size * cfg.seq_len,
         flops_per_token=flops_per_token(model_cfg, cfg.seq_len, objective.predicted_fraction),
-        peak_flops=_peak_flops(cfg, env))
+        peak_flops=all_ranks_peak_flops(cfg.precision, env))
     run_training(training)
     distributed.teardown()
     return out
-
-
-def _restore_optimizer(saved: dict, checkpoint: Path, model: LanguageModel, optimizer,
-                       env) -> LoopState:
-    """Optimizer and loop state from a checkpoint whose weights are loaded."""
-    if distributed.is_sharded(model):
-        distributed.load_local_optimizer_state(optimizer, load_optimizer_shard(checkpoint, env))
-    elif "optimizer" in saved:
-        optimizer.load_state_dict(saved["optimizer"])
-    else:
-        raise TrainingError(f"{checkpoint} was written by an FSDP run; resume it with "
-                            "--distributed fsdp under torchrun with as many processes")
-    return LoopState(**saved["loop"])
-
-
-def _peak_flops(cfg: TrainConfig, env) -> float:
-    """Every rank's peak together; rank 0 probes alone (ranks probing at once would share the
-    cores and read low)."""
-    peak = device_peak_flops(env.device, PRECISION_DTYPES[cfg.precision]) if env.is_main else 0.0
-    return _from_rank_0(peak, env) * env.world_size
-
-
-def _broadcast_path(path: Path | None, env) -> Path | None:
-    holder = _from_rank_0(str(path) if path else "", env)
-    return Path(holder) if holder else None
-
-
-def _from_rank_0(value, env):
-    """Rank 0's `value` on every rank (a picklable object)."""
-    if not env.distributed:
-        return value
-    holder = [value]
-    torch.distributed.broadcast_object_list(holder, src=0)
-    return holder[0]
 
 
 def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,

@@ -17,6 +17,8 @@ import torch
 
 from lmlab.atomic import write_text_atomic
 from lmlab.config import ModelConfig
+from lmlab.train.distributed import Env, from_rank_0
+from lmlab.train.precision import PRECISION_DTYPES
 
 # Dense peak FLOP/s per GPU by name, (bf16/fp16 tensor core, fp32): vendor datasheets.
 GPU_PEAKS = {
@@ -101,3 +103,10 @@ def device_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
         name = torch.cuda.get_device_name(device)
         return gpu_peak_flops(name, dtype) or probe_matmul_flops(dtype, device)
     return cpu_peak_flops(dtype)
+
+
+def all_ranks_peak_flops(precision: str, env: Env) -> float:
+    """Every rank's peak together; rank 0 probes alone (ranks probing at once would share the
+    cores and read low)."""
+    peak = device_peak_flops(env.device, PRECISION_DTYPES[precision]) if env.is_main else 0.0
+    return from_rank_0(peak, env) * env.world_size

@@ -1,0 +1,1 @@
+"""Fine-tuning a run on a labelled task: classify, pairs, regress, qa, ner."""

@@ -1,0 +1,78 @@
+"""`lmlab finetune` (every fine-tuning config field is an option) and `lmlab predict`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lmlab.command_line import add_command, add_config_options, add_run_arguments
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.train.config import field_specs, flat_fields, parse_value, resolve_config
+
+
+def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        commands, "finetune", help="fine-tune a run on a labelled task",
+        handler=finetune_command,
+        description="Fine-tune a pre-trained run (any objective) on classify, pairs, regress, "
+                    "qa or ner data; the best checkpoint by the task's main metric is kept and "
+                    "scored on --test. Options override a --config file.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN",
+                        help="a run directory written by lmlab pretrain")
+    parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
+    add_config_options(parser, field_specs(FinetuneConfig))
+
+    parser = add_command(
+        commands, "predict", help="predict with a fine-tuned run", handler=predict_command,
+        description="Labels, numbers, answers or entities for texts given as arguments, in "
+                    "--file (the task's format) or on stdin, one per line. A pair of texts, "
+                    "or a question and its context, is written 'A ||| B'.")
+    add_run_arguments(parser)
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict for")
+    parser.add_argument("--file", type=Path, help="a file in the task's format")
+    parser.add_argument("--json", action="store_true", help="one JSON object per input")
+    parser.add_argument("--all-scores", action="store_true",
+                        help="every label's score, not only the best label's")
+    parser.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
+
+
+def finetune_command(args: argparse.Namespace) -> int:
+    from lmlab.finetune.setup import finetune
+
+    overrides = {name: parse_value(name, getattr(args, name), FinetuneConfig)
+                 for name in flat_fields(FinetuneConfig) if getattr(args, name) is not None}
+    config = resolve_config(args.config, overrides, FinetuneConfig)
+    out = finetune(args.run_dir, config)
+    print(f"fine-tuned run saved in {out}")
+    return 0
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from lmlab.finetune.predict import predict
+    from lmlab.runs.run import load_run
+
+    run = load_run(args.run_dir, args.checkpoint, args.device)
+    texts = args.texts
+    if args.file is None and not texts:
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    found = predict(run, texts if args.file is None else None, args.file, args.all_scores,
+                    args.batch_size)
+    for item in found:
+        print(json.dumps(item) if args.json else one_line(item))
+    return 0
+
+
+def one_line(item: dict) -> str:
+    """A prediction for reading in a terminal."""
+    if "entities" in item:
+        return "; ".join(f"{e['entity_group']} {e['word']!r} [{e['start']}:{e['end']}] "
+                         f"{e['score']:.3f}" for e in item["entities"]) or "(no entities)"
+    if "answer" in item:
+        return f"{item['answer']!r}\t{item['score']:.4f}\t[{item['start']}:{item['end']}]"
+    if "label" in item:
+        scores = item.get("scores")
+        rest = "\t" + " ".join(f"{k}={v:.4f}" for k, v in scores.items()) if scores else ""
+        return f"{item['label']}\t{item['score']:.4f}{rest}"
+    return f"{item['score']:.4f}"

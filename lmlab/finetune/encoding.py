@@ -1,0 +1,108 @@
+"""Texts → token rows for fine-tuning: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token
+types, and words → pieces with the word each piece belongs to (NER).
+
+Words are encoded as one text joined by spaces, as the tokenizer saw text in pre-training, and
+each piece is given the word its characters fall in; encoding words one by one would lose a
+byte-level tokenizer's leading-space marker and read every word as a sentence start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer, pre_tokenizers
+
+from lmlab.objectives.base import SpecialTokens
+
+# Tokens a row spends on [CLS] and [SEP]s.
+SINGLE_OVERHEAD, PAIR_OVERHEAD = 2, 3
+
+
+@dataclass(frozen=True)
+class Words:
+    """A text split into words, with each word's character span in the text."""
+
+    words: tuple[str, ...]
+    spans: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def of_text(cls, text: str) -> Words:
+        """Split raw text as CoNLL corpora are split: at whitespace and punctuation."""
+        found = pre_tokenizers.BertPreTokenizer().pre_tokenize_str(text)
+        return cls(tuple(word for word, _ in found), tuple(span for _, span in found))
+
+    @classmethod
+    def joined(cls, words: Sequence[str]) -> Words:
+        spans, start = [], 0
+        for word in words:
+            spans.append((start, start + len(word)))
+            start += len(word) + 1
+        return cls(tuple(words), tuple(spans))
+
+    def text(self) -> str:
+        """A text in which every word lies at its span (gaps filled with spaces)."""
+        chars = [" "] * (self.spans[-1][1] if self.spans else 0)
+        for word, (start, end) in zip(self.words, self.spans, strict=True):
+            chars[start:end] = word
+        return "".join(chars)
+
+
+@dataclass
+class Encoder:
+    tokenizer: Tokenizer
+    special: SpecialTokens
+    max_len: int
+    token_types: bool  # whether the model has token-type embeddings
+
+    def ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
+    def pair(self, text: str, text_pair: str | None = None) -> tuple[list[int], list[int]]:
+        """(ids, token types) of `[CLS] A [SEP] (B [SEP])`, the longer text cut first when the
+        row would exceed max_len, as BERT's fine-tuning truncates pairs."""
+        cls, sep = self.special.cls, self.special.sep
+        first = self.ids(text)
+        if text_pair is None:
+            first = first[: self.max_len - SINGLE_OVERHEAD]
+            return [cls, *first, sep], [0] * (len(first) + 2)
+        second = self.ids(text_pair)
+        while len(first) + len(second) > self.max_len - PAIR_OVERHEAD:
+            if len(first) >= len(second):
+                first.pop()
+            else:
+                second.pop()
+        ids = [cls, *first, sep, *second, sep]
+        return ids, [0] * (len(first) + 2) + [1] * (len(second) + 1)
+
+    def words(self, words: Words) -> tuple[list[int], list[int | None]]:
+        """(ids of `[CLS] pieces [SEP]`, the word index of each id, None for [CLS] and
+        [SEP]); pieces past max_len are cut, and their words left unread."""
+        word_of_char = {}
+        for index, (start, end) in enumerate(words.spans):
+            word_of_char.update(dict.fromkeys(range(start, end), index))
+        ids, offsets = self.with_offsets(words.text())
+        word_ids = [_first_word(start, end, word_of_char) for start, end in offsets]
+        kept = self.max_len - SINGLE_OVERHEAD
+        return ([self.special.cls, *ids[:kept], self.special.sep],
+                [None, *word_ids[:kept], None])
+
+
+def _first_word(start: int, end: int, word_of_char: dict[int, int]) -> int | None:
+    """The word of a piece: that of its first character inside a word (a byte-level piece
+    such as "Ġfox" starts at the space before the word)."""
+    return next((word_of_char[c] for c in range(start, end) if c in word_of_char), None)
+
+
+def first_pieces(word_ids: Sequence[int | None]) -> list[int]:
+    """Positions of each word's first piece, in word order."""
+    seen, positions = set(), []
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in seen:
+            seen.add(word)
+            positions.append(position)
+    return positions

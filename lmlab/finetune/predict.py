@@ -1,0 +1,49 @@
+"""A fine-tuned run used at once: texts (or a file in the task's format) → predictions shaped
+as the Hugging Face pipelines shape them: a label and its score (every label's on request), an
+answer with its score and character span, or entities with type, score and character span."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.evaluate import row_outputs
+from lmlab.finetune.task import Reading, Task
+from lmlab.finetune.tasks import make_task
+from lmlab.runs import Run
+from lmlab.runs.run import RunLoadError, load_run
+
+
+def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:
+    """The task a run was fine-tuned for, as its config saved it."""
+    if "task" not in run.config:
+        raise RunLoadError(f"{run.path} is not fine-tuned (it was pre-trained with "
+                           f"{run.spec}); fine-tune it first with lmlab finetune")
+    cfg = FinetuneConfig(**run.config["train"])
+    return make_task(cfg, run.config["task"]["labels"]), cfg
+
+
+def predict(run: Run | str | Path, texts: Sequence[str] | None = None,
+            file: str | Path | None = None, all_scores: bool = False,
+            batch_size: int = 64) -> list[dict]:
+    """One prediction per text, or per example of `file` (read as the task's training files
+    are; labels, if any, are ignored)."""
+    if not isinstance(run, Run):
+        run = load_run(run)
+    task, cfg = fine_tuned_task(run)
+    if (texts is None) == (file is None):
+        raise ValueError("give texts or a file, not both and not neither")
+    examples = (task.read(file, need_targets=False) if file is not None
+                else task.examples_from_texts(list(texts)))
+    token_types = run.model.cfg.type_vocab_size > 0
+    encoder = Encoder(run.require_tokenizer(), run.special, cfg.max_len, token_types)
+    rows = task.encode(examples, encoder, training=False)
+    outputs = row_outputs(run.model, task, rows, Reading(cfg.attention, cfg.pooling),
+                          token_types, batch_size, progress=len(rows) > 4 * batch_size)
+    described = [task.describe(p) for p in task.predict(examples, rows, outputs)]
+    if not all_scores:
+        for item in described:
+            item.pop("scores", None)
+    return described

@@ -1,0 +1,49 @@
+"""What a fine-tuned run leaves for people to read: results.json (validation and test metrics
+of the best checkpoint), each split's predictions as JSON lines, and what the task adds
+(a confusion matrix, CoNLL predictions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch import nn
+
+from lmlab.atomic import atomic_write, write_text_atomic
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.task import Reading, Task
+
+RESULTS = "results.json"
+
+
+def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Encoder,
+                  reading: Reading, cfg: FinetuneConfig) -> dict:
+    """Score the model (its best checkpoint, loaded) on validation and test; write results,
+    predictions and plots. Returns the results."""
+    results = {"task": cfg.task, "attention": reading.attention, "pooling": reading.pooling,
+               "main_metric": task.main_metric}
+    token_types = encoder.token_types
+    for split in ("validation", "test"):
+        examples = getattr(splits, split)
+        if examples is None:
+            continue
+        rows = task.encode(examples, encoder, training=False)
+        metrics, predictions = evaluate_task(model, task, examples, rows, reading, token_types,
+                                             precision=cfg.precision)
+        results[split] = metrics
+        _write_predictions(out / f"predictions-{split}.jsonl", task, predictions)
+        task.report(out, split, examples, predictions)
+    write_text_atomic(out / RESULTS, json.dumps(results, indent=2))
+    return results
+
+
+def _write_predictions(path: Path, task: Task, predictions: list) -> None:
+    with atomic_write(path) as file:
+        for prediction in predictions:
+            file.write(json.dumps(task.describe(prediction)) + "\n")
+
+
+def read_results(run: str | Path) -> dict:
+    return json.loads((Path(run) / RESULTS).read_text())

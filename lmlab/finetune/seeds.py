@@ -1,0 +1,54 @@
+"""Several seeds of one fine-tuning, summarised as mean ± standard deviation: small-data
+fine-tuning varies a lot from seed to seed (Dodge et al. 2020), so one run says little."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.atomic import write_text_atomic
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.results import read_results
+
+SUMMARY = "seeds.json"
+
+
+def summarise(results: list[dict]) -> dict:
+    """{split: {metric: {"mean", "std", "values"}}} over the seeds' results (sample std)."""
+    summary = {}
+    for split in ("validation", "test"):
+        runs = [result[split] for result in results if split in result]
+        if not runs:
+            continue
+        summary[split] = {}
+        for metric in runs[0]:
+            values = [run[metric] for run in runs]
+            std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+            summary[split][metric] = {"mean": float(np.mean(values)), "std": std,
+                                      "values": values}
+    return summary
+
+
+def finetune_seeds(source: str | Path, cfg: FinetuneConfig) -> Path:
+    """`cfg.seeds` runs, OUT/seed-N with seeds cfg.seed + N, and OUT/seeds.json."""
+    from lmlab.finetune.setup import finetune
+
+    out = Path(cfg.out or f"runs/finetune-{cfg.task}")
+    results = []
+    for index in range(cfg.seeds):
+        run = finetune(source, replace(cfg, seeds=1, seed=cfg.seed + index,
+                                       out=str(out / f"seed-{index}")))
+        results.append(read_results(run))
+    summary = {"task": cfg.task, "seeds": [cfg.seed + i for i in range(cfg.seeds)],
+               "main_metric": results[0]["main_metric"], **summarise(results)}
+    write_text_atomic(out / SUMMARY, json.dumps(summary, indent=2))
+    main = summary["main_metric"]
+    for split in ("validation", "test"):
+        if split in summary:
+            found = summary[split][main]
+            print(f"{split} {main}: {found['mean']:.4f} ± {found['std']:.4f} over "
+                  f"{cfg.seeds} seeds")
+    return out

@@ -1,0 +1,166 @@
+"""Tasks with one prediction per text or pair of texts: classify, pairs (e.g. NLI) and
+regress (e.g. relatedness 1–5). The sequence head pools each row as the run's `Reading` says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lmlab.data.errors import DataError
+from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.metrics import (
+    classification_metrics,
+    confusion_matrix,
+    regression_metrics,
+)
+from lmlab.finetune.readers import (
+    TextExample,
+    check_labels_known,
+    guess_pair_column,
+    label_names,
+    read_table,
+)
+from lmlab.finetune.task import Reading, Row, Task, pooling_weights
+from lmlab.objectives.base import Batch, LossSum
+
+# Two texts typed as one command-line argument.
+PAIR_SEPARATOR = " ||| "
+
+
+@dataclass(frozen=True)
+class LabelPrediction:
+    label: int
+    scores: np.ndarray  # probability of each label
+
+
+class ClassifyTask(Task):
+    """One text → one of N labels (cross-entropy on the pooled row)."""
+
+    name = head = "classify"
+    main_metric = "accuracy"
+    numeric = False
+
+    def pair_column(self, path: str | Path) -> str | None:
+        return self.cfg.pair_column
+
+    def read(self, path, where=None, need_targets=True) -> list[TextExample]:
+        return read_table(path, self.cfg.text_column, self.pair_column(path),
+                          self.cfg.label_column, numeric_label=self.numeric, where=where,
+                          need_label=need_targets)
+
+    def label_names(self, examples: Sequence[TextExample]) -> list[str]:
+        return label_names(example.label for example in examples)
+
+    def check_known(self, examples: Sequence[TextExample], path) -> None:
+        check_labels_known(examples, self.labels, path)
+
+    def examples_from_texts(self, texts: Sequence[str]) -> list[TextExample]:
+        examples = []
+        for text in texts:
+            first, _, second = text.partition(PAIR_SEPARATOR)
+            examples.append(TextExample(first, second or None, None, 0))
+        return examples
+
+    def target_of(self, example: TextExample):
+        return None if example.label is None else self.labels.index(example.label)
+
+    def encode(self, examples: Sequence[TextExample], encoder: Encoder,
+               training: bool) -> list[Row]:
+        rows = []
+        for index, example in enumerate(examples):
+            ids, types = encoder.pair(example.text, example.text_pair)
+            rows.append(Row(ids, types, index, self.target_of(example)))
+        return rows
+
+    def add_targets(self, batch: Batch, rows: Sequence[Row], reading: Reading) -> None:
+        lengths = [len(row.ids) for row in rows]
+        batch.predict_at[self.head] = pooling_weights(lengths, batch.input_ids.shape[1],
+                                                      reading.pooling)
+        if all(row.target is not None for row in rows):
+            kind = torch.float32 if self.numeric else torch.long
+            batch.extras["label"] = torch.tensor([row.target for row in rows], dtype=kind)
+
+    def loss(self, outputs: dict, batch: Batch) -> LossSum:
+        logits = outputs[self.head].float()
+        total = F.cross_entropy(logits, batch.extras["label"], reduction="sum")
+        return LossSum({self.name: (total, torch.tensor(len(logits)))})
+
+    def row_outputs(self, outputs: dict, batch: Batch) -> list:
+        return list(outputs[self.head].float().softmax(-1).cpu().numpy())
+
+    def predict(self, examples, rows, outputs) -> list[LabelPrediction]:
+        return [LabelPrediction(int(np.argmax(scores)), scores) for scores in outputs]
+
+    def metrics(self, examples, predictions) -> dict[str, float]:
+        gold = [self.labels.index(example.label) for example in examples]
+        return classification_metrics(gold, [p.label for p in predictions], len(self.labels))
+
+    def report(self, out: Path, split: str, examples, predictions) -> None:
+        from lmlab.report.plots import plot_confusion_matrix
+
+        gold = [self.labels.index(example.label) for example in examples]
+        matrix = confusion_matrix(gold, [p.label for p in predictions], len(self.labels))
+        plot_confusion_matrix(matrix, self.labels, out / f"confusion-{split}.png")
+
+    def describe(self, prediction: LabelPrediction) -> dict:
+        scores = {name: float(p) for name, p in zip(self.labels, prediction.scores, strict=True)}
+        return {"label": self.labels[prediction.label],
+                "score": scores[self.labels[prediction.label]], "scores": scores}
+
+
+class PairsTask(ClassifyTask):
+    """Two texts → a label, read as `[CLS] A [SEP] B [SEP]` with token types 0 and 1."""
+
+    name = "pairs"
+
+    def pair_column(self, path: str | Path) -> str:
+        column = self.cfg.pair_column or guess_pair_column(path)
+        if column is None:
+            raise DataError("the pairs task needs a second text: name its column with "
+                            "--pair-column", path, 1)
+        return column
+
+
+class RegressTask(ClassifyTask):
+    """One or two texts → a number, with a squared-error loss on one output."""
+
+    name = "regress"
+    main_metric = "pearson"
+    numeric = True
+
+    def label_names(self, examples) -> None:
+        return None
+
+    def check_known(self, examples, path) -> None:
+        pass
+
+    def head_options(self) -> dict:
+        return {"num_labels": 1}
+
+    def target_of(self, example: TextExample):
+        return example.label
+
+    def loss(self, outputs: dict, batch: Batch) -> LossSum:
+        predicted = outputs[self.head].float().squeeze(-1)
+        total = F.mse_loss(predicted, batch.extras["label"], reduction="sum")
+        return LossSum({self.name: (total, torch.tensor(len(predicted)))})
+
+    def row_outputs(self, outputs: dict, batch: Batch) -> list:
+        return outputs[self.head].float().squeeze(-1).cpu().tolist()
+
+    def predict(self, examples, rows, outputs) -> list[float]:
+        return list(outputs)
+
+    def metrics(self, examples, predictions) -> dict[str, float]:
+        return regression_metrics([example.label for example in examples], predictions)
+
+    def report(self, out: Path, split: str, examples, predictions) -> None:
+        pass  # a confusion matrix has no meaning for numbers
+
+    def describe(self, prediction: float) -> dict:
+        return {"score": float(prediction)}

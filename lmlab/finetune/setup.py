@@ -1,0 +1,166 @@
+"""`lmlab finetune`: a pre-trained run and a labelled task → a fine-tuned run, trained by the
+one loop (lmlab/train/loop.py) as pre-training is.
+
+The fine-tuned run directory holds what `load_run` and `lmlab predict` need: the backbone with
+the task's head, the tokenizer, the label names, and how the model reads (attention, pooling).
+It also keeps results.json (validation and test metrics of the best checkpoint), predictions
+and plots.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from lmlab.finetune.config import FinetuneConfig, where_filter
+from lmlab.finetune.data import TaskData
+from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
+from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.results import write_results
+from lmlab.finetune.task import Reading, Task
+from lmlab.finetune.tasks import make_task
+from lmlab.model import LanguageModel
+from lmlab.model.heads import make_head
+from lmlab.runs import Run
+from lmlab.runs.checkpoints import load_checkpoint
+from lmlab.runs.layout import TOKENIZER, prepare_run_dir
+from lmlab.runs.run import load_run, pick_checkpoint, pretraining_config
+from lmlab.train import distributed
+from lmlab.train.loop import LoopState, Training, restore_loop_state, run_training
+from lmlab.train.optim import make_optimizer
+from lmlab.train.precision import grad_scaler
+from lmlab.train.pretrain import micro_batches_per_step
+from lmlab.train.schedule import Schedule
+from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
+
+
+class FinetuneError(ValueError):
+    """A fine-tuning that cannot be done as asked, stated in one line."""
+
+
+@dataclass
+class Splits:
+    train: list
+    validation: list
+    test: list | None
+
+
+def read_splits(task: Task, cfg: FinetuneConfig) -> Splits:
+    """The task's files; label names come from training, and validation and test may hold
+    no label training did not see."""
+    train = task.read(cfg.train, where_filter(cfg.train_where))
+    task.labels = task.label_names(train)
+    splits = Splits(train, task.read(cfg.validation, where_filter(cfg.validation_where)), None)
+    task.check_known(splits.validation, cfg.validation)
+    if cfg.test:
+        splits.test = task.read(cfg.test, where_filter(cfg.test_where))
+        task.check_known(splits.test, cfg.test)
+    return splits
+
+
+def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneConfig:
+    """`cfg` with every `auto`/none that depends on the model or the data made concrete, so
+    the saved config says exactly how the model was fine-tuned and reads."""
+    reading = Reading.resolve(pretrained.objective, cfg.attention, cfg.pooling)
+    max_len = cfg.max_len or pretrained.max_seq_len
+    if max_len > pretrained.max_seq_len:
+        raise FinetuneError(f"--max-len {max_len} is longer than the model's context of "
+                            f"{pretrained.max_seq_len} tokens")
+    if cfg.task == "pairs" and max_len < PAIR_OVERHEAD + 2:
+        raise FinetuneError(f"the pairs task needs at least {PAIR_OVERHEAD + 2} tokens per row "
+                            f"([CLS] A [SEP] B [SEP]); the context here is {max_len}")
+    null_threshold = cfg.null_threshold
+    if cfg.task == "qa" and null_threshold is None and any(
+            not example.answers for example in splits.train):
+        null_threshold = 0.0  # SQuAD v2: unanswerable questions are part of the task
+    return replace(cfg, attention=reading.attention, pooling=reading.pooling, max_len=max_len,
+                   null_threshold=null_threshold,
+                   dropout=pretrained.model.cfg.dropout if cfg.dropout is None else cfg.dropout)
+
+
+def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> LanguageModel:
+    """The pre-trained backbone with the task's new head. A sequence head starts from the
+    next-sentence pooler when pre-training trained one, as BERT's fine-tuning does."""
+    cfg = pretrained.cfg.with_changes(dropout=dropout)
+    model = LanguageModel(cfg, heads={task.head: make_head(task.head, cfg, **task.head_options())})
+    model.backbone.load_state_dict(pretrained.backbone.state_dict())
+    head = model.heads[task.head]
+    if hasattr(head, "pooler") and "nsp" in pretrained.heads:
+        head.pooler.load_state_dict(pretrained.heads["nsp"].pooler.state_dict())
+    return model
+
+
+def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
+    """Fine-tune the run at `source` as `cfg` says; returns the fine-tuned run directory
+    (with several seeds, the directory holding one run per seed)."""
+    if cfg.seeds > 1:
+        from lmlab.finetune.seeds import finetune_seeds
+
+        return finetune_seeds(source, cfg)
+    env = distributed.setup()
+    torch.manual_seed(cfg.seed)  # identical new heads on every rank
+    pretrained = load_run(source, cfg.pretrained_checkpoint)
+    if "task" in pretrained.config:
+        task_name = pretrained.config["task"]["name"]
+        raise FinetuneError(f"{source} is already fine-tuned for {task_name}; fine-tune the "
+                            "pre-trained run it came from")
+    tokenizer = pretrained.require_tokenizer()
+    task = make_task(cfg)
+    splits = read_splits(task, cfg)
+    cfg = resolved(cfg, pretrained, splits)
+    reading = Reading(cfg.attention, cfg.pooling)
+    model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
+    token_types = model.cfg.type_vocab_size > 0
+    encoder = Encoder(tokenizer, pretrained.special, cfg.max_len, token_types)
+    train_rows = task.encode(splits.train, encoder, training=True)
+    validation_rows = task.encode(splits.validation, encoder, training=False)
+
+    out = Path(cfg.out or f"runs/finetune-{cfg.task}")
+    config = {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
+              "pretraining": pretraining_config(pretrained.config),
+              "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
+              "task": {"name": cfg.task, "labels": task.labels},
+              "heads": {task.head: task.head_options()}}
+    resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
+    resume_from = distributed.broadcast_path(resume_from, env)
+    if env.is_main:
+        (out / TOKENIZER).write_text(tokenizer.to_str())
+        print(f"fine-tuning {source} for {cfg.task}"
+              + (f" ({len(task.labels)} labels)" if task.labels else "")
+              + f": {cfg.attention} attention, {cfg.pooling} pooling, {cfg.max_len} tokens "
+              f"per row, {len(train_rows)} training rows")
+
+    micro_size, _ = micro_batches_per_step(cfg, env)
+    data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
+                    cfg.seed, env.rank, env.world_size)
+    total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
+    saved = load_checkpoint(resume_from, model) if resume_from else None
+    train_model = distributed.wrap(model, env, cfg.distributed)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
+    state = LoopState(total_steps=total_steps)
+    if saved is not None:
+        state = restore_loop_state(saved, resume_from, model, optimizer, env)
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
+    training = Training(
+        cfg=replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
+                    checkpoint_every=cfg.checkpoint_every or total_steps),
+        env=env, model=model, train_model=train_model, optimizer=optimizer,
+        scaler=grad_scaler(cfg.precision, env.device), objective=task, data=data,
+        schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
+        validate=lambda: evaluate_task(model, task, splits.validation, validation_rows,
+                                       reading, token_types, precision=cfg.precision)[0],
+        headline=lambda metrics: -metrics[task.main_metric], out=out, state=state,
+        flops_per_token=flops_per_token(model.cfg, cfg.max_len, predicted_fraction=0.0),
+        peak_flops=all_ranks_peak_flops(cfg.precision, env), scores=(task.main_metric,))
+    run_training(training)
+    if env.is_main:
+        load_checkpoint(pick_checkpoint(out, "best"), model)
+        results = write_results(out, model, task, splits, encoder, reading, cfg)
+        print(f"best validation {task.main_metric}: {results['validation'][task.main_metric]:.4f}"
+              + (f"; test {task.main_metric}: {results['test'][task.main_metric]:.4f}"
+                 if "test" in results else ""))
+    distributed.teardown()
+    return out

@@ -1,0 +1,148 @@
+"""What every fine-tuning task shares: the rows it encodes, how the model reads them, and the
+batch the one loop trains on.
+
+A task (classify, pairs, regress, qa, ner) reads its files, encodes examples into `Row`s,
+turns rows into a `Batch` for its head, scores a batch as the loop asks of any objective
+(`target_counts`, `loss`), and turns the model's outputs back into predictions and metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.encoding import Encoder
+from lmlab.infer.inputs import pad_right
+from lmlab.model.linear_cross_entropy import IGNORE_INDEX
+from lmlab.model.masks import MaskSpec
+from lmlab.objectives.base import Batch, LossSum, Objective
+
+
+@dataclass
+class Row:
+    """One input row made from an example (a long QA context makes several)."""
+
+    ids: list[int]
+    types: list[int]
+    example: int  # index of the example it was made from
+    target: Any = None  # a label id, a number, or what the task keeps per row
+    extra: dict = field(default_factory=dict)  # task-specific: word ids, a QA window
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the model reads a row: its attention, and which position(s) a sequence head pools."""
+
+    attention: str  # "bidirectional" or "causal"
+    pooling: str  # "cls", "mean" or "last"
+
+    @classmethod
+    def resolve(cls, objective: Objective, attention: str, pooling: str) -> Reading:
+        """`auto` choices: a model that only ever read causally keeps causal attention and
+        pools its last token (the only one that has seen the whole text); others read
+        bidirectionally and pool [CLS] when pre-training taught it (next-sentence
+        prediction), else the mean of all tokens. Prefix and span models read the input as
+        their bidirectional prefix."""
+        if attention == "auto":
+            attention = "causal" if objective.reads_causally else "bidirectional"
+        if pooling == "auto":
+            if attention == "causal":
+                pooling = "last"
+            else:
+                pooling = "cls" if objective.framing == "pair" else "mean"
+        return cls(attention, pooling)
+
+
+def pooling_weights(lengths: Sequence[int], width: int, pooling: str) -> Tensor:
+    """(B, width) weights of each row's positions in its pooled vector."""
+    weights = torch.zeros(len(lengths), width)
+    for row, length in enumerate(lengths):
+        if pooling == "cls":
+            weights[row, 0] = 1.0
+        elif pooling == "last":
+            weights[row, length - 1] = 1.0
+        else:
+            weights[row, :length] = 1.0 / length
+    return weights
+
+
+class Task:
+    """Base of the tasks; subclasses set the class attributes and fill in the hooks."""
+
+    name: ClassVar[str]
+    head: ClassVar[str]  # the model head it trains (lmlab.model.heads.HEADS)
+    main_metric: ClassVar[str]  # the checkpoint kept is the one best at this
+
+    def __init__(self, cfg: FinetuneConfig, labels: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.labels = labels
+
+    # --- data -----------------------------------------------------------------------------
+
+    def read(self, path: str | Path, where: dict[str, str] | None = None,
+             need_targets: bool = True) -> list:
+        raise NotImplementedError
+
+    def label_names(self, examples: Sequence) -> list[str] | None:
+        """The label names of the training examples (None for tasks without labels)."""
+        return None
+
+    def check_known(self, examples: Sequence, path: str | Path) -> None:
+        """Refuse evaluation examples whose label training never saw."""
+
+    def examples_from_texts(self, texts: Sequence[str]) -> list:
+        raise NotImplementedError
+
+    def encode(self, examples: Sequence, encoder: Encoder, training: bool) -> list[Row]:
+        raise NotImplementedError
+
+    def head_options(self) -> dict:
+        return {"num_labels": len(self.labels)} if self.labels else {}
+
+    # --- batches and loss -----------------------------------------------------------------
+
+    def batch(self, rows: Sequence[Row], reading: Reading, token_types: bool) -> Batch:
+        ids, segments = pad_right([row.ids for row in rows], pad_id=0)
+        types = pad_right([row.types for row in rows], pad_id=0)[0] if token_types else None
+        batch = Batch(
+            input_ids=ids, mask=MaskSpec(reading.attention, segment_ids=segments),
+            positions=torch.arange(ids.shape[1]).expand_as(ids),
+            targets=torch.full_like(ids, IGNORE_INDEX), predict_at={}, token_type_ids=types)
+        self.add_targets(batch, rows, reading)
+        return batch
+
+    def add_targets(self, batch: Batch, rows: Sequence[Row], reading: Reading) -> None:
+        """Fill in what the head predicts at, and the targets when the rows have them."""
+        raise NotImplementedError
+
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        return {self.name: torch.tensor(batch.input_ids.shape[0])}
+
+    def loss(self, outputs: dict, batch: Batch) -> LossSum:
+        raise NotImplementedError
+
+    # --- predictions ----------------------------------------------------------------------
+
+    def row_outputs(self, outputs: dict, batch: Batch) -> list:
+        """The head's output for each row of `batch`, on the CPU."""
+        raise NotImplementedError
+
+    def predict(self, examples: Sequence, rows: Sequence[Row], outputs: Sequence) -> list:
+        """One prediction per example from the outputs of its rows."""
+        raise NotImplementedError
+
+    def metrics(self, examples: Sequence, predictions: Sequence) -> dict[str, float]:
+        raise NotImplementedError
+
+    def report(self, out: Path, split: str, examples: Sequence, predictions: Sequence) -> None:
+        """Write what this task shows of a split's predictions besides the metrics."""
+
+    def describe(self, prediction: Any) -> dict:
+        """A prediction as users of the Hugging Face pipelines know it, ready for JSON."""
+        raise NotImplementedError
