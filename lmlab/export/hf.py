@@ -5,7 +5,9 @@ A table maps each lmlab parameter (`{i}` standing for the layer index) to the Hu
 key(s) holding it, and names the transform between them: the same tensor, GPT-2's transposed
 Conv1D layout, or one fused lmlab projection split into several HF ones (q/k/v, gate/up).
 
-    bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction)
+    bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction), and
+             fine-tuned: BertForSequenceClassification, BertForTokenClassification,
+             BertForQuestionAnswering
     gpt2   ↔ GPT2LMHeadModel
     modern ↔ LlamaForCausalLM
 
@@ -25,6 +27,7 @@ from torch import Tensor
 
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
+from lmlab.model.heads import Head
 from lmlab.presets import FAMILIES
 
 if TYPE_CHECKING:
@@ -87,24 +90,25 @@ def _weight_and_bias(ours: str, *theirs: str, transform: Transform = SAME) -> di
 
 @dataclass(frozen=True)
 class Family:
-    config: Callable[[ModelConfig], PretrainedConfig]
+    config: Callable[..., PretrainedConfig]  # (cfg, **settings the architecture leaves open)
     heads: tuple[str, ...]  # the lmlab heads of the HF class this family targets
     rules: dict[str, Rule]  # lmlab parameter → its HF keys
     # HF key → the HF key it repeats when embeddings are tied; saved checkpoints omit it.
     tied: dict[str, str]
 
 
-def _common_config(cfg: ModelConfig) -> dict:
-    return dict(
+def _common_config(cfg: ModelConfig, extra: dict) -> dict:
+    """Settings every family shares, then the caller's `extra` (which may override them)."""
+    return {**dict(
         vocab_size=cfg.vocab_size, tie_word_embeddings=cfg.tie_embeddings,
         initializer_range=cfg.init_std, attn_implementation="sdpa",
         # Special ids belong to the tokenizer, not the architecture; HF's defaults (GPT-2's
         # 50256, say) would point outside a small vocabulary.
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )
+    ), **extra}
 
 
-def _bert_config(cfg: ModelConfig) -> PretrainedConfig:
+def _bert_config(cfg: ModelConfig, **extra) -> PretrainedConfig:
     from transformers import BertConfig
 
     return BertConfig(
@@ -112,22 +116,22 @@ def _bert_config(cfg: ModelConfig) -> PretrainedConfig:
         num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim, hidden_act="gelu",
         hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
         max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.type_vocab_size,
-        layer_norm_eps=cfg.norm_eps, **_common_config(cfg),
+        layer_norm_eps=cfg.norm_eps, **_common_config(cfg, extra),
     )
 
 
-def _gpt2_config(cfg: ModelConfig) -> PretrainedConfig:
+def _gpt2_config(cfg: ModelConfig, **extra) -> PretrainedConfig:
     from transformers import GPT2Config
 
     return GPT2Config(
         n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads, n_inner=cfg.ffn_dim,
         activation_function="gelu_new",  # GPT-2's tanh approximation, our "gelu_tanh"
         resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-        n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps, **_common_config(cfg),
+        n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps, **_common_config(cfg, extra),
     )
 
 
-def _llama_config(cfg: ModelConfig) -> PretrainedConfig:
+def _llama_config(cfg: ModelConfig, **extra) -> PretrainedConfig:
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -137,7 +141,7 @@ def _llama_config(cfg: ModelConfig) -> PretrainedConfig:
         max_position_embeddings=cfg.max_seq_len, rope_theta=cfg.rope_theta,
         attention_bias=False, mlp_bias=False,
         attention_dropout=cfg.dropout,  # Llama has no residual or embedding dropout
-        **_common_config(cfg),
+        **_common_config(cfg, extra),
     )
 
 
@@ -170,6 +174,12 @@ BERT = Family(
             ("cls.predictions.decoder.bias", "cls.predictions.bias"), DUPLICATED),
         **_weight_and_bias("heads.nsp.pooler", "bert.pooler.dense"),
         **_weight_and_bias("heads.nsp.classifier", "cls.seq_relationship"),
+        # Fine-tuning heads, one per model. HF's token and span models have no pooler; the
+        # sequence and token classifiers share the name `classifier`.
+        **_weight_and_bias("heads.classify.pooler", "bert.pooler.dense"),
+        **_weight_and_bias("heads.classify.classifier", "classifier"),
+        **_weight_and_bias("heads.tag.classifier", "classifier"),
+        **_weight_and_bias("heads.span.outputs", "qa_outputs"),
     },
     tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
           "cls.predictions.decoder.bias": "cls.predictions.bias"},
@@ -276,9 +286,13 @@ def _listing(keys: Iterable[str], limit: int = 8) -> str:
     return ", ".join(ordered[:limit]) + more
 
 
-def hf_config(cfg: ModelConfig, family: str) -> PretrainedConfig:
-    """The transformers config (Bert/GPT2/LlamaConfig) of the same architecture and sizes."""
-    return _family(cfg, family).config(cfg)
+def hf_config(cfg: ModelConfig, family: str, **extra) -> PretrainedConfig:
+    """The transformers config (Bert/GPT2/LlamaConfig) of the same architecture and sizes.
+
+    `extra` goes to the config class as is: what a task model adds to the architecture, e.g.
+    `num_labels=3`, or `num_labels=1, problem_type="regression"`.
+    """
+    return _family(cfg, family).config(cfg, **extra)
 
 
 def to_hf_state_dict(model: LanguageModel, family: str) -> dict[str, Tensor]:
@@ -324,16 +338,18 @@ def _restore_tied(state: Mapping[str, Tensor], table: Family,
 
 
 def from_hf_state_dict(state: Mapping[str, Tensor], cfg: ModelConfig, family: str,
-                       heads: Iterable[str] | None = None) -> LanguageModel:
+                       heads: Iterable[str] | Mapping[str, Head] | None = None) -> LanguageModel:
     """An lmlab model holding the weights of an HF state dict (or safetensors checkpoint).
 
     `heads=None` builds the heads of the family's HF class (BertForPreTraining: mlm and nsp);
     naming fewer leaves the others' weights out, or loads e.g. a BertForMaskedLM checkpoint.
+    A head whose size the name does not fix is passed built, as to LanguageModel: a
+    BertForSequenceClassification checkpoint of 3 labels loads with
+    `heads={"classify": make_head("classify", cfg, num_labels=3)}`.
     """
     table = _family(cfg, family)
-    heads = table.heads if heads is None else tuple(heads)
+    model = LanguageModel(cfg, table.heads if heads is None else heads)
     state = _restore_tied(state, table, cfg)
-    model = LanguageModel(cfg, heads)
     ours: dict[str, Tensor] = {}
     missing, consumed = set(), set()
     for key in model.state_dict():
@@ -346,7 +362,7 @@ def from_hf_state_dict(state: Mapping[str, Tensor], cfg: ModelConfig, family: st
         if not absent:
             ours[key] = rule.transform.from_hf([state[name] for name in names])
         consumed.update(names)
-    unexpected = set(state) - consumed - _keys_of_other_heads(table, heads)
+    unexpected = set(state) - consumed - _keys_of_other_heads(table, tuple(model.heads))
     if missing or unexpected:
         raise ValueError(f"cannot load {family} weights: missing [{_listing(missing)}], "
                          f"unexpected [{_listing(unexpected)}]")

@@ -23,7 +23,7 @@ from lmlab.finetune.results import write_results
 from lmlab.finetune.task import Reading, Task
 from lmlab.finetune.tasks import make_task
 from lmlab.model import LanguageModel
-from lmlab.model.heads import make_head
+from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import TOKENIZER, prepare_run_dir
@@ -128,10 +128,11 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     resume_from = distributed.broadcast_path(resume_from, env)
     if env.is_main:
         (out / TOKENIZER).write_text(tokenizer.to_str())
+        pooling = f", {cfg.pooling} pooling" if HEADS[task.head].kind == "sequence" else ""
         print(f"fine-tuning {source} for {cfg.task}"
               + (f" ({len(task.labels)} labels)" if task.labels else "")
-              + f": {cfg.attention} attention, {cfg.pooling} pooling, {cfg.max_len} tokens "
-              f"per row, {len(train_rows)} training rows")
+              + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
+              f"{len(train_rows)} training rows")
 
     micro_size, _ = micro_batches_per_step(cfg, env)
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
