@@ -3,7 +3,7 @@ self-supervised objective on one backbone.
 
 The pipeline's verbs: `prepare` (text → dataset), `pretrain` (dataset → run), `load` (run →
 model with fill-mask, generate, embed and score) and `evaluate` (run → perplexities and
-minimal-pair accuracy).
+minimal-pair accuracy), `finetune` (run + labelled task → fine-tuned run) and `predict`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,30 @@ def pretrain(config: str | Path | None = None, **fields) -> Path:
     return pretrain_on(cfg, open_or_prepare(cfg.data))
 
 
+def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Path:
+    """Fine-tune the run at `run` as `lmlab finetune` does, from a config file and/or its
+    fields by name, e.g. `lmlab.finetune("runs/mlm", task="classify", train="train.tsv",
+    validation="dev.tsv")`. Returns the fine-tuned run directory."""
+    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.finetune.setup import finetune as finetune_run
+    from lmlab.train.config import resolve_config
+
+    cfg = resolve_config(Path(config) if config is not None else None, fields, FinetuneConfig)
+    return finetune_run(run, cfg)
+
+
+def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,
+            all_scores: bool = False) -> list[dict]:
+    """Predictions of a fine-tuned run for `texts` or the examples of `file`, shaped as the
+    Hugging Face pipelines shape them."""
+    from lmlab.finetune.predict import predict as predict_with
+
+    return predict_with(run, texts, file, all_scores)
+
+
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
     "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "evaluate", "load", "prepare",
-    "__version__", "preset", "preset_names", "pretrain",
+    "__version__", "finetune", "predict", "preset", "preset_names", "pretrain",
 ]

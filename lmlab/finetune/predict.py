@@ -5,6 +5,7 @@ answer with its score and character span, or entities with type, score and chara
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from lmlab.finetune.config import FinetuneConfig
@@ -21,7 +22,8 @@ def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:
     if "task" not in run.config:
         raise RunLoadError(f"{run.path} is not fine-tuned (it was pre-trained with "
                            f"{run.spec}); fine-tune it first with lmlab finetune")
-    cfg = FinetuneConfig(**run.config["train"])
+    known = {spec.name for spec in fields(FinetuneConfig)}  # fields since retired are left out
+    cfg = FinetuneConfig(**{k: v for k, v in run.config["train"].items() if k in known})
     return make_task(cfg, run.config["task"]["labels"]), cfg
 
 

@@ -1,0 +1,113 @@
+"""What each pre-training objective is good for, on real labelled data: a masked and a causal
+run, pre-trained for the same time on the same corpus, each fine-tuned on SST-2, SICK
+(entailment and relatedness), WNUT-17 and XQuAD.
+
+    python benchmarks/finetune_real.py [--shared ../shared/data] [--pretrain-minutes 5]
+        [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
+
+Every step is an `lmlab` command, as a user would run it. XQuAD (a SQuAD v1.1 dev subset) is
+split by article, not by question, into train (the first 80% of articles) and test. SST-2's
+test labels are hidden, so its dev set is the test; the training file is cut to its first
+--train-rows rows to keep a CPU run short. Writes benchmarks/results/finetune_real.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results" / "finetune_real.json"
+OBJECTIVES = {"mlm": "bert-mini", "clm": "gpt2-mini"}
+
+
+def lmlab(*args) -> None:
+    subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], check=True, cwd=ROOT)
+
+
+def first_rows(source: Path, out: Path, rows: int) -> Path:
+    lines = source.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[: rows + 1]))
+    return out
+
+
+def split_xquad(source: Path, work: Path) -> tuple[Path, Path]:
+    data = json.loads(source.read_text())
+    articles = data["data"]
+    cut = int(len(articles) * 0.8)
+    paths = []
+    for name, part in (("train", articles[:cut]), ("test", articles[cut:])):
+        path = work / f"xquad-{name}.json"
+        path.write_text(json.dumps({"version": data.get("version", "1.1"), "data": part}))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def tasks(shared: Path, work: Path, train_rows: int) -> dict[str, list]:
+    sick = shared / "sick" / "SICK.txt"
+    sick_splits = ["--train", sick, "--train-where", "SemEval_set=TRAIN", "--validation", sick,
+                   "--validation-where", "SemEval_set=TRIAL", "--test", sick, "--test-where",
+                   "SemEval_set=TEST"]
+    wnut = shared / "wnut17"
+    xquad_train, xquad_test = split_xquad(shared / "xquad" / "xquad.en.json", work)
+    sst2 = shared / "sst2"
+    return {
+        "sst2": ["--task", "classify", "--train",
+                 first_rows(sst2 / "train.tsv", work / "sst2-train.tsv", train_rows),
+                 "--validation", sst2 / "dev.tsv", "--test", sst2 / "dev.tsv",
+                 "--max-len", 64],
+        "sick-entailment": ["--task", "pairs", *sick_splits, "--label-column",
+                            "entailment_label", "--max-len", 64],
+        "sick-relatedness": ["--task", "regress", *sick_splits, "--text-column", "sentence_A",
+                             "--pair-column", "sentence_B", "--label-column",
+                             "relatedness_score", "--max-len", 64],
+        "wnut17": ["--task", "ner", "--train", wnut / "wnut17train.conll", "--validation",
+                   wnut / "emerging.dev.conll", "--test", wnut / "emerging.test.annotated",
+                   "--max-len", 128],
+        "xquad": ["--task", "qa", "--train", xquad_train, "--validation", xquad_test,
+                  "--test", xquad_test, "--max-len", 128, "--doc-stride", 32],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-finetune-real"))
+    parser.add_argument("--pretrain-minutes", type=float, default=5.0)
+    parser.add_argument("--train-rows", type=int, default=8000)
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--only", nargs="*", help="task names to run (default: all)")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    dataset = args.work / "corpora"
+    if not (dataset / "meta.json").is_file():
+        lmlab("prepare", args.shared / "corpora" / "brown.jsonl",
+              args.shared / "corpora" / "sotu.jsonl", "--out", dataset, "--tokenizer",
+              "wordpiece", "--vocab-size", 16384)
+    results = {"pretrain_minutes": args.pretrain_minutes, "train_rows": args.train_rows,
+               "epochs": args.epochs, "runs": {}}
+    for objective, model in OBJECTIVES.items():
+        run = args.work / objective
+        if not (run / "checkpoints").is_dir():
+            lmlab("pretrain", "--objective", objective, "--model", model, "--data", dataset,
+                  "--minutes", args.pretrain_minutes, "--seq-len", 128, "--out", run)
+        for name, options in tasks(args.shared, args.work, args.train_rows).items():
+            if args.only and name not in args.only:
+                continue
+            out = args.work / f"{objective}-{name}"
+            start = time.perf_counter()
+            lmlab("finetune", run, *options, "--epochs", args.epochs, "--out", out,
+                  "--overwrite", "--lr", "1e-4", "--batch-size", 32)
+            found = json.loads((out / "results.json").read_text())
+            found["seconds"] = round(time.perf_counter() - start, 1)
+            results["runs"][f"{objective}/{name}"] = found
+            RESULTS.write_text(json.dumps(results, indent=2))
+    print(json.dumps({k: v.get("test") for k, v in results["runs"].items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
