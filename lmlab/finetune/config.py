@@ -49,6 +49,8 @@ class FinetuneConfig(LoopConfig):
               "(SQuAD v2); none = 0 when the data has unanswerable questions, else never")
     dropout: float | None = documented(None, "dropout while fine-tuning; none = the "
                                              "pre-trained model's")
+    mixed_lengths: bool = documented(False, "batch rows of any length together instead of "
+                                            "grouping similar lengths (less padding)")
     label_all_pieces: bool = documented(False, "ner: train every piece of a word on its tag, "
                                                "not only the first")
     strict: bool = documented(False, "fail on a QA answer not found at its answer_start "

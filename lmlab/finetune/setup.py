@@ -136,7 +136,7 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
 
     micro_size, _ = micro_batches_per_step(cfg, env)
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
-                    cfg.seed, env.rank, env.world_size)
+                    cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
     saved = load_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
