@@ -4,20 +4,28 @@ run; prediction throughput beside it.
 
 Reference: a bert-mini run (4 layers, d_model 256, 4 heads, FFN 1024, dropout 0.1, vocabulary
 8192 WordPiece pieces trained on SST-2's training texts) pre-trained for one MLM step, then
-fine-tuned for SST-2 sentiment on a fixed subset of its training rows (the first --rows), at
-most 128 tokens per row, batch 32, fp32 on the CPU, AdamW (lr 1e-4, weight decay 0.01, β2
-0.999, 10% warm-up then linear decay, gradient clipping at 1), the same number of optimizer
-steps and torch threads on both sides. The HF model is built from the same architecture
+fine-tuned for SST-2 sentiment for one epoch of a fixed subset of its training rows (the first
+--rows, 1,920 by default: 60 steps, so every side trains on the same rows), at most 128 tokens
+per row, batch 32, fp32 on the CPU, AdamW (lr 1e-4, weight decay 0.01, β2 0.999, 10% warm-up
+then linear decay, gradient clipping at 1), the same number of optimizer steps and torch
+threads on both sides. The HF model is built from the same architecture
 (lmlab/export/hf.py `hf_config`) with the pre-trained backbone's weights, the tokenizer is the
 same one wrapped in `PreTrainedTokenizerFast` (its [CLS] A [SEP] rows are checked to be the
 ids lmlab encodes), batches are padded to their longest row (`DataCollatorWithPadding`), and
 the Trainer runs with no evaluation, logging, checkpoints or reporting and no data workers.
 lmlab reads with [CLS] pooling here, as BERT's classifier does.
 
+Batches: lmlab groups rows of similar length by default (lmlab/finetune/data.py, as HF's
+`group_by_length`); the Trainer by default does not. Four sides are measured so that the
+grouping's share of the gain is visible: `lmlab` against `hf`, each as it comes (the
+requirement's ratio); `lmlab` against `hf_grouped` (`train_sampling_strategy=
+"group_by_length"`: both grouped); `lmlab_mixed` (`--mixed-lengths`) against `hf` (neither).
+
 Each fine-tuning runs in its own process (so peak RSS and allocator state are its own); the
 sides alternate which goes first, and medians over --repeats give the ratios. Tokens are
 counted the same way for both: the non-padding tokens of the training rows a step trains on
-(lmlab: `tokens` in metrics.jsonl; HF: the sum of `attention_mask` of each training batch).
+(lmlab: `tokens` in metrics.jsonl; HF: the sum of `attention_mask` of each training batch);
+the positions computed on, padding included, are reported as `padding_factor` (padded / real).
 Three times are reported for each side:
 
   steady:  steps after the first --warmup-steps to the last (the headline: fine-tuning tokens/s
@@ -35,12 +43,13 @@ lmlab's timestamps come from wrapping `run_training` and `Throughput.take` in th
 process (instrumentation only; nothing in lmlab changes). Prediction:
 `lmlab.finetune.predict.predict(run, texts)` over SST-2's first 512 dev sentences, against a
 plain HF forward in batches of 64 (tokenising each batch) and
-`pipeline("text-classification", batch_size=64)`, each after one warm-up batch; examples/s.
+`pipeline("text-classification", batch_size=64)`, each after one warm-up batch; examples/s
+(measured in the `lmlab` and `hf` processes only).
 
 Needs `accelerate` for HF's Trainer (`pip install accelerate`).
 
-    python benchmarks/finetune_speed.py                      # about 10 minutes on 2 cores
-    python benchmarks/finetune_speed.py --steps 20 --repeats 1
+    python benchmarks/finetune_speed.py                      # about 10 minutes on 2 idle cores
+    python benchmarks/finetune_speed.py --sides hf lmlab --repeats 1
 """
 
 from __future__ import annotations
@@ -65,7 +74,10 @@ from lmlab.atomic import write_text_atomic
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/sst2"
 VOCAB, MAX_LEN, BATCH, PREDICT_BATCH = 8192, 128, 32, 64
 LR, WEIGHT_DECAY, BETA2 = 1e-4, 0.01, 0.999
-SIDES = ("hf", "lmlab")
+SIDES = ("hf", "lmlab", "hf_grouped", "lmlab_mixed")
+# (numerator, denominator) of the ratios reported: each as it comes, both grouping rows by
+# length, neither grouping.
+RATIOS = (("lmlab", "hf"), ("lmlab", "hf_grouped"), ("lmlab_mixed", "hf"))
 
 
 # --- shared set-up (untimed): data subset, tokenizer, pre-trained run --------------------------
@@ -164,9 +176,11 @@ def timed_predictions(predict_texts, texts: list[str], passes: int = 2) -> list[
     return seconds
 
 
-def run_lmlab(work: Path, steps: int, warmup: int) -> dict:
+def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
+              predictions: bool = True) -> dict:
     from lmlab.finetune import setup
     from lmlab.finetune.config import FinetuneConfig
+    from lmlab.finetune.data import TaskData
     from lmlab.finetune.predict import predict
     from lmlab.runs.run import load_run
     from lmlab.train import loop
@@ -174,7 +188,9 @@ def run_lmlab(work: Path, steps: int, warmup: int) -> dict:
 
     marks: dict[str, tuple[float, float]] = {}
     takes: list[tuple[float, float]] = []
+    padded: list[int] = []
     run_training, take = setup.run_training, loop.Throughput.take
+    micro_batches = TaskData.micro_batches
 
     def timed_run_training(training):
         marks["loop_start"] = clock()
@@ -184,35 +200,45 @@ def run_lmlab(work: Path, steps: int, warmup: int) -> dict:
         takes.append(clock())  # the loop logs (and takes the rate) after the step's update
         return take(self)
 
+    def counted_micro_batches(self, step, generator):
+        batches = micro_batches(self, step, generator)
+        padded.append(sum(batch.input_ids.numel() for batch in batches))
+        return batches
+
     setup.run_training, loop.Throughput.take = timed_run_training, timed_take
+    TaskData.micro_batches = counted_micro_batches
     cfg = FinetuneConfig(
         task="classify", train=str(work / "train.tsv"), validation=str(work / "validation.tsv"),
         out=str(work / "lmlab-finetuned"), overwrite=True, steps=steps, batch_size=BATCH,
         max_len=MAX_LEN, pooling="cls", precision="fp32", lr=LR, weight_decay=WEIGHT_DECAY,
         beta2=BETA2, warmup_steps=steps // 10, schedule="linear", grad_clip=1.0,
-        eval_every=steps, log_every=warmup)
+        eval_every=steps, log_every=warmup, mixed_lengths=mixed_lengths)
     start = clock()
     out = setup.finetune(work / "pretrained", cfg)
     end = clock()
     setup.run_training, loop.Throughput.take = run_training, take
+    TaskData.micro_batches = micro_batches
     logged = [r for r in read_metrics(out) if r["kind"] == "train"]
     if len(logged) != len(takes) or logged[-1]["step"] != steps:
         raise RuntimeError(f"expected one rate per log line up to step {steps}")
     stamps = [(r["step"], wall, cpu, r["tokens"])
               for r, (wall, cpu) in zip(logged, takes, strict=True)]
     tokens = logged[-1]["tokens"]
-    run = load_run(out)
-    texts = json.loads((work / "predict.json").read_text())
-    predict_seconds = timed_predictions(lambda batch: predict(run, batch), texts)
-    return {"tokens": tokens, "call_seconds": end[0] - start[0],
+    predict_seconds = {}
+    if predictions:
+        run = load_run(out)
+        texts = json.loads((work / "predict.json").read_text())
+        predict_seconds["lmlab"] = timed_predictions(lambda batch: predict(run, batch), texts)
+    return {"tokens": tokens, "padded_tokens": sum(padded), "call_seconds": end[0] - start[0],
             "call_cpu_seconds": end[1] - start[1],
             "loop_seconds": takes[-1][0] - marks["loop_start"][0],
             "loop_cpu_seconds": takes[-1][1] - marks["loop_start"][1],
             "final_loss": logged[-1]["loss"], **window(stamps, warmup),
-            "predict_seconds": {"lmlab": predict_seconds}}
+            "predict_seconds": predict_seconds}
 
 
-def run_hf(work: Path, steps: int, warmup: int) -> dict:
+def run_hf(work: Path, steps: int, warmup: int, grouped: bool = False,
+           predictions: bool = True) -> dict:
     from transformers import (
         BertForSequenceClassification,
         DataCollatorWithPadding,
@@ -226,12 +252,14 @@ def run_hf(work: Path, steps: int, warmup: int) -> dict:
     from lmlab.runs.run import load_run
 
     step_tokens: list[int] = []
+    padded: list[int] = []
     stamps: list[tuple[int, float, float, int]] = []
     marks: dict[str, tuple[float, float]] = {}
 
     class CountingTrainer(Trainer):
         def compute_loss(self, model, inputs, *args, **kwargs):
             step_tokens.append(int(inputs["attention_mask"].sum()))
+            padded.append(inputs["input_ids"].numel())
             return super().compute_loss(model, inputs, *args, **kwargs)
 
     class Clock(TrainerCallback):
@@ -265,7 +293,8 @@ def run_hf(work: Path, steps: int, warmup: int) -> dict:
         per_device_train_batch_size=BATCH, learning_rate=LR, weight_decay=WEIGHT_DECAY,
         adam_beta2=BETA2, warmup_steps=steps // 10, lr_scheduler_type="linear",
         max_grad_norm=1.0, eval_strategy="no", logging_strategy="no", save_strategy="no",
-        report_to=[], dataloader_num_workers=0, use_cpu=True, seed=0, disable_tqdm=True)
+        report_to=[], dataloader_num_workers=0, use_cpu=True, seed=0, disable_tqdm=True,
+        train_sampling_strategy="group_by_length" if grouped else "random")
     trainer = CountingTrainer(model=model, args=args, train_dataset=train,
                               data_collator=DataCollatorWithPadding(tokenizer),
                               callbacks=[Clock()])
@@ -273,6 +302,14 @@ def run_hf(work: Path, steps: int, warmup: int) -> dict:
     end = clock()
     if len(stamps) != steps or len(step_tokens) != steps:
         raise RuntimeError(f"expected {steps} steps, saw {len(stamps)}")
+    result = {"tokens": sum(step_tokens), "padded_tokens": sum(padded),
+              "call_seconds": end[0] - start[0],
+              "call_cpu_seconds": end[1] - start[1],
+              "loop_seconds": stamps[-1][1] - marks["loop_start"][0],
+              "loop_cpu_seconds": stamps[-1][2] - marks["loop_start"][1],
+              **window(stamps, warmup), "predict_seconds": {}}
+    if not predictions:
+        return result
     texts = json.loads((work / "predict.json").read_text())
     model.eval()
 
@@ -287,25 +324,27 @@ def run_hf(work: Path, steps: int, warmup: int) -> dict:
 
     classify = pipeline("text-classification", model=model, tokenizer=tokenizer,
                         device="cpu")
-    return {"tokens": sum(step_tokens), "call_seconds": end[0] - start[0],
-            "call_cpu_seconds": end[1] - start[1],
-            "loop_seconds": stamps[-1][1] - marks["loop_start"][0],
-            "loop_cpu_seconds": stamps[-1][2] - marks["loop_start"][1],
-            **window(stamps, warmup),
-            "predict_seconds": {
-                "hf_forward": timed_predictions(forward, texts),
-                "hf_pipeline": timed_predictions(
-                    lambda batch: classify(batch, batch_size=PREDICT_BATCH, truncation=True,
-                                           max_length=MAX_LEN), texts)}}
+    result["predict_seconds"] = {
+        "hf_forward": timed_predictions(forward, texts),
+        "hf_pipeline": timed_predictions(
+            lambda batch: classify(batch, batch_size=PREDICT_BATCH, truncation=True,
+                                   max_length=MAX_LEN), texts)}
+    return result
 
 
 def measure_one(side: str, work: Path, steps: int, warmup: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     load = os.getloadavg()[0]
-    result = (run_lmlab if side == "lmlab" else run_hf)(work, steps, warmup)
+    if side.startswith("lmlab"):
+        result = run_lmlab(work, steps, warmup, mixed_lengths=side == "lmlab_mixed",
+                           predictions=side == "lmlab")
+    else:
+        result = run_hf(work, steps, warmup, grouped=side == "hf_grouped",
+                        predictions=side == "hf")
     result.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   load_average_1min=[load, os.getloadavg()[0]])
+    result["padding_factor"] = result["padded_tokens"] / result["tokens"]
     for key in ("call", "loop"):
         result[f"{key}_tokens_per_second"] = result["tokens"] / result[f"{key}_seconds"]
         result[f"{key}_tokens_per_cpu_second"] = result["tokens"] / result[f"{key}_cpu_seconds"]
@@ -318,26 +357,41 @@ RATES = ("steady_tokens_per_second", "steady_tokens_per_cpu_second", "loop_token
          "call_tokens_per_second")
 
 
+def ratio_name(numerator: str, denominator: str) -> str:
+    return f"{numerator}/{denominator}"
+
+
 def summarise(results: dict[str, list[dict]], predict_texts: int) -> dict:
     medians = {side: {key: statistics.median(r[key] for r in runs) for key in
-                      (*RATES, "call_seconds", "loop_seconds", "peak_rss_mb")}
+                      (*RATES, "call_seconds", "loop_seconds", "padding_factor",
+                       "peak_rss_mb")}
                for side, runs in results.items()}
-    ratios = {key: medians["lmlab"][key] / medians["hf"][key] for key in RATES}
-    paired = {key: statistics.median(ours[key] / theirs[key] for ours, theirs in
-                                     zip(results["lmlab"], results["hf"], strict=True))
-              for key in RATES}
+    ratios, paired = {}, {}
+    for numerator, denominator in RATIOS:
+        if numerator not in results or denominator not in results:
+            continue
+        name = ratio_name(numerator, denominator)
+        ratios[name] = {key: medians[numerator][key] / medians[denominator][key]
+                        for key in RATES}
+        # Runs of the same repeat ran close together, so load changes hit both.
+        paired[name] = {key: statistics.median(
+            ours[key] / theirs[key]
+            for ours, theirs in zip(results[numerator], results[denominator], strict=True))
+            for key in RATES}
     predictions = {}
     for runs in results.values():
         for name in runs[0]["predict_seconds"]:
             seconds = [s for r in runs for s in r["predict_seconds"][name]]
-            predictions[name] = {"examples_per_second": predict_texts / statistics.median(seconds),
-                                 "seconds": seconds}
-    fastest_hf = max(predictions["hf_forward"]["examples_per_second"],
-                     predictions["hf_pipeline"]["examples_per_second"])
-    return {"medians": medians, "ratios": ratios, "paired_ratios": paired,
-            "predict": predictions,
-            "predict_ratio_vs_fastest_hf": predictions["lmlab"]["examples_per_second"] /
-            fastest_hf}
+            predictions[name] = {"examples_per_second":
+                                 predict_texts / statistics.median(seconds), "seconds": seconds}
+    summary = {"medians": medians, "ratios": ratios, "paired_ratios": paired,
+               "predict": predictions}
+    if {"lmlab", "hf_forward", "hf_pipeline"} <= set(predictions):
+        fastest_hf = max(predictions["hf_forward"]["examples_per_second"],
+                         predictions["hf_pipeline"]["examples_per_second"])
+        summary["predict_ratio_vs_fastest_hf"] = (
+            predictions["lmlab"]["examples_per_second"] / fastest_hf)
+    return summary
 
 
 def main() -> None:
@@ -347,8 +401,9 @@ def main() -> None:
     parser.add_argument("--one", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, default=DATA, help="SST-2 directory")
-    parser.add_argument("--rows", type=int, default=3000, help="training rows (the first)")
-    parser.add_argument("--steps", type=int, default=50, help="optimizer steps per run")
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--rows", type=int, default=1920, help="training rows (the first)")
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run")
     parser.add_argument("--warmup-steps", type=int, default=10,
                         help="steps left out of the steady rate (also lmlab's log interval)")
     parser.add_argument("--predict-texts", type=int, default=512,
@@ -367,14 +422,17 @@ def main() -> None:
         import accelerate  # noqa: F401 - HF's Trainer needs it
     except ImportError:
         raise SystemExit("HF's Trainer needs accelerate: pip install accelerate") from None
+    sides = [side for side in SIDES if side in args.sides]
     with tempfile.TemporaryDirectory(prefix="finetune-speed-") as work:
         work = Path(work)
         prepared = prepare(work, args.data, args.rows, args.predict_texts, args.threads)
+        epochs = args.steps * BATCH / prepared["train_rows"]
         print(f"{prepared['train_rows']} training rows, {prepared['mean_row_tokens']:.1f} "
-              f"tokens per row on average; {args.steps} steps of {BATCH}", flush=True)
-        results: dict[str, list[dict]] = {side: [] for side in SIDES}
-        for repeat in range(args.repeats):  # alternated, so load changes hit both sides
-            for side in SIDES if repeat % 2 == 0 else reversed(SIDES):
+              f"tokens per row on average; {args.steps} steps of {BATCH} ({epochs:.2f} "
+              "epochs)", flush=True)
+        results: dict[str, list[dict]] = {side: [] for side in sides}
+        for repeat in range(args.repeats):  # alternated, so load changes hit every side
+            for side in sides if repeat % 2 == 0 else reversed(sides):
                 command = [sys.executable, __file__, "--one", side, "--work", str(work),
                            "--steps", str(args.steps), "--warmup-steps",
                            str(args.warmup_steps), "--threads", str(args.threads)]
@@ -383,29 +441,35 @@ def main() -> None:
                     raise SystemExit(f"{side} failed:\n{done.stderr[-4000:]}")
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 results[side].append(result)
-                print(f"repeat {repeat + 1} {side:5}: steady "
+                print(f"repeat {repeat + 1} {side:11}: padding "
+                      f"{result['padding_factor']:.2f}x, steady "
                       f"{result['steady_tokens_per_second']:6.0f} tok/s "
                       f"({result['steady_tokens_per_cpu_second']:5.0f} per CPU-s), loop "
                       f"{result['loop_tokens_per_second']:6.0f} tok/s, call "
                       f"{result['call_seconds']:5.1f} s, load "
                       f"{result['load_average_1min'][1]:.1f}", flush=True)
     summary = summarise(results, prepared["predict_texts"])
-    ratios, paired = summary["ratios"], summary["paired_ratios"]
-    print(f"lmlab / HF Trainer, medians of {args.repeats}: steady "
-          f"{ratios['steady_tokens_per_second']:.2f}x (CPU-time "
-          f"{ratios['steady_tokens_per_cpu_second']:.2f}x; paired "
-          f"{paired['steady_tokens_per_second']:.2f}x), loop "
-          f"{ratios['loop_tokens_per_second']:.2f}x, whole call "
-          f"{ratios['call_tokens_per_second']:.2f}x")
-    print("prediction: " + ", ".join(f"{name} {found['examples_per_second']:.0f} examples/s"
-                                     for name, found in summary["predict"].items())
-          + f"; lmlab / fastest HF {summary['predict_ratio_vs_fastest_hf']:.2f}x")
+    for name, ratio in summary["ratios"].items():
+        paired = summary["paired_ratios"][name]
+        print(f"{name:18} medians of {args.repeats}: steady "
+              f"{ratio['steady_tokens_per_second']:.2f}x (CPU-time "
+              f"{ratio['steady_tokens_per_cpu_second']:.2f}x; paired "
+              f"{paired['steady_tokens_per_second']:.2f}x), loop "
+              f"{ratio['loop_tokens_per_second']:.2f}x, whole call "
+              f"{ratio['call_tokens_per_second']:.2f}x")
+    if summary["predict"]:
+        print("prediction: " + ", ".join(
+            f"{name} {found['examples_per_second']:.0f} examples/s"
+            for name, found in summary["predict"].items())
+            + (f"; lmlab / fastest HF {summary['predict_ratio_vs_fastest_hf']:.2f}x"
+               if "predict_ratio_vs_fastest_hf" in summary else ""))
     report = {"model": "bert-mini", "vocab_size": VOCAB, "max_len": MAX_LEN,
               "batch_size": BATCH, "precision": "fp32", "steps": args.steps,
-              "warmup_steps_excluded": args.warmup_steps, "repeats": args.repeats,
-              "threads": args.threads, **prepared, "torch": torch.__version__,
-              "transformers": transformers.__version__, "machine": platform.machine(),
-              "cpus": os.cpu_count(), **summary, "runs": results}
+              "epochs": epochs, "warmup_steps_excluded": args.warmup_steps,
+              "repeats": args.repeats, "threads": args.threads, **prepared,
+              "torch": torch.__version__, "transformers": transformers.__version__,
+              "machine": platform.machine(), "cpus": os.cpu_count(), **summary,
+              "runs": results}
     report.pop("run")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out, json.dumps(report, indent=2))
