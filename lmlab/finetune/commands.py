@@ -9,7 +9,8 @@ from pathlib import Path
 
 from lmlab.command_line import add_command, add_config_options, add_run_arguments
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.train.config import field_specs, flat_fields, parse_value, resolve_config
+from lmlab.train.commands import config_from_args
+from lmlab.train.config import field_specs
 
 
 def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
@@ -41,10 +42,7 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
 def finetune_command(args: argparse.Namespace) -> int:
     from lmlab.finetune.setup import finetune
 
-    overrides = {name: parse_value(name, getattr(args, name), FinetuneConfig)
-                 for name in flat_fields(FinetuneConfig) if getattr(args, name) is not None}
-    config = resolve_config(args.config, overrides, FinetuneConfig)
-    out = finetune(args.run_dir, config)
+    out = finetune(args.run_dir, config_from_args(args, FinetuneConfig))
     print(f"fine-tuned run saved in {out}")
     return 0
 

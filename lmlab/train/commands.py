@@ -23,11 +23,11 @@ def add_pretrain_options(parser: argparse.ArgumentParser) -> None:
     add_config_options(parser, field_specs(TrainConfig))
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The --config file, then the options given."""
-    overrides = {name: parse_value(name, getattr(args, name))
-                 for name in flat_fields(TrainConfig) if getattr(args, name) is not None}
-    return resolve_config(args.config, overrides)
+def config_from_args(args: argparse.Namespace, config_class: type = TrainConfig):
+    """The --config file, then the options given, as a `config_class`."""
+    overrides = {name: parse_value(name, getattr(args, name), config_class)
+                 for name in flat_fields(config_class) if getattr(args, name) is not None}
+    return resolve_config(args.config, overrides, config_class)
 
 
 def check_before_data(config: TrainConfig) -> None:
