@@ -1,9 +1,9 @@
 """What each pre-training objective is good for, on real labelled data: a masked and a causal
-run, pre-trained for the same time on the same corpus, each fine-tuned on SST-2, SICK
-(entailment and relatedness), WNUT-17 and XQuAD.
+run, pre-trained for the same time (or the same number of steps, hence tokens) on the same
+corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and XQuAD.
 
     python benchmarks/finetune_real.py [--shared ../shared/data] [--pretrain-minutes 5]
-        [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
+        [--pretrain-steps N] [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
 
 Every step is an `lmlab` command, as a user would run it. XQuAD (a SQuAD v1.1 dev subset) is
 split by article, not by question, into train (the first 80% of articles) and test. SST-2's
@@ -78,6 +78,9 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-finetune-real"))
     parser.add_argument("--pretrain-minutes", type=float, default=5.0)
+    parser.add_argument("--pretrain-steps", type=int,
+                        help="an equal step budget instead of minutes: the same tokens for "
+                             "both, whatever else loads the machine")
     parser.add_argument("--train-rows", type=int, default=8000)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--only", nargs="*", help="task names to run (default: all)")
@@ -88,13 +91,15 @@ def main() -> None:
         lmlab("prepare", args.shared / "corpora" / "brown.jsonl",
               args.shared / "corpora" / "sotu.jsonl", "--out", dataset, "--tokenizer",
               "wordpiece", "--vocab-size", 16384)
-    results = {"pretrain_minutes": args.pretrain_minutes, "train_rows": args.train_rows,
+    budget = (["--steps", args.pretrain_steps] if args.pretrain_steps else
+              ["--minutes", args.pretrain_minutes])
+    results = {"pretrain_budget": " ".join(map(str, budget)), "train_rows": args.train_rows,
                "epochs": args.epochs, "runs": {}}
     for objective, model in OBJECTIVES.items():
         run = args.work / objective
         if not (run / "checkpoints").is_dir():
             lmlab("pretrain", "--objective", objective, "--model", model, "--data", dataset,
-                  "--minutes", args.pretrain_minutes, "--seq-len", 128, "--out", run)
+                  *budget, "--seq-len", 128, "--out", run)
         for name, options in tasks(args.shared, args.work, args.train_rows).items():
             if args.only and name not in args.only:
                 continue

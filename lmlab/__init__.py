@@ -66,9 +66,28 @@ def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,
     return predict_with(run, texts, file, all_scores)
 
 
+def export_hf(run: str | Path | Run, out: str | Path, checkpoint: str = "best",
+              check: bool = True) -> Path:
+    """Write a run as a Hugging Face model directory, as `lmlab export` does; returns it."""
+    from lmlab.export.writer import export_run
+    from lmlab.runs.run import load_run
+
+    loaded = run if isinstance(run, Run) else load_run(run, checkpoint)
+    return export_run(loaded, out, check).out
+
+
+def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -> Path:
+    """Turn a Hugging Face model directory or GGUF file into the lmlab run `out`, as
+    `lmlab import` does; returns it."""
+    from lmlab.export.importer import import_hf as import_from
+
+    return import_from(source, out, allow_pickle).out
+
+
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
     "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "evaluate", "load", "prepare",
-    "__version__", "finetune", "predict", "preset", "preset_names", "pretrain",
+    "__version__", "export_hf", "finetune", "import_hf", "predict", "preset", "preset_names",
+    "pretrain",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,3 +40,25 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
 def write_text_atomic(path: str | Path, text: str) -> None:
     with atomic_write(path) as file:
         file.write(text)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """A staging directory beside `path`, renamed to `path` (replacing what was there) when the
+    block ends; on an error it is removed and `path` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield staging
+        os.chmod(staging, 0o777 & ~_umask())
+        if path.exists():
+            retired = staging.with_name(staging.name + ".old")
+            os.replace(path, retired)
+            os.replace(staging, path)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -8,6 +8,7 @@ import sys
 from lmlab.command_line import HelpFormatter, unknown_option_message
 from lmlab.data.commands import add_prepare_command
 from lmlab.eval.commands import add_eval_command
+from lmlab.export.commands import add_export_commands
 from lmlab.finetune.commands import add_finetune_commands
 from lmlab.infer.commands import add_infer_commands
 from lmlab.runs.checkpoints import CheckpointError
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_command(commands)
     add_infer_commands(commands)
     add_finetune_commands(commands)
+    add_export_commands(commands)
     return parser
 
 

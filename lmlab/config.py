@@ -1,7 +1,8 @@
 """Typed, frozen model configuration: the few knobs that choose an architecture.
 
-Derived sizes (head dimension, feed-forward width) are computed, never configured, so a
-configuration cannot contradict itself.
+Derived sizes (key/value heads, head dimension, feed-forward width) are computed from the
+width and head count unless an imported architecture fixes them (`n_kv_heads`, `head_size`,
+`ffn_size`, None = derived), so a configuration of lmlab's own cannot contradict itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ Positions = Literal["learned", "rotary"]
 Activation = Literal["gelu", "gelu_tanh", "swiglu", "geglu"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
+# Sizes derived from the width and head count unless an imported architecture fixes them.
+SIZE_OVERRIDES = ("n_kv_heads", "head_size", "ffn_size")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class ModelConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     init_std: float = 0.02
+    n_kv_heads: int | None = None  # grouped-query attention (Ainslie et al. 2023)
+    head_size: int | None = None
+    ffn_size: int | None = None
 
     def __post_init__(self) -> None:
         choices = {
@@ -50,7 +56,12 @@ class ModelConfig:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
+        for name in SIZE_OVERRIDES:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads}")
+        if self.head_size is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.positions == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions need an even head dimension, got {self.head_dim}")
@@ -58,8 +69,13 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
     @property
+    def kv_heads(self) -> int:
+        """Heads of keys and values; each serves n_heads / kv_heads query heads."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_size is None else self.head_size
 
     @property
     def gated(self) -> bool:
@@ -69,6 +85,8 @@ class ModelConfig:
     def ffn_dim(self) -> int:
         """4·d for plain MLPs; for gated ones 2/3 of that (same parameter count, as in
         Shazeer 2020 / LLaMA), rounded up to a multiple of 64 for efficient matmuls."""
+        if self.ffn_size is not None:
+            return self.ffn_size
         if not self.gated:
             return 4 * self.d_model
         return -(-(8 * self.d_model // 3) // 64) * 64
@@ -80,4 +98,7 @@ class ModelConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field; the size overrides only where set, so a run saved before they existed
+        still compares equal to its own configuration (as on resuming)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in SIZE_OVERRIDES or getattr(self, f.name) is not None}

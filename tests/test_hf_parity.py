@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
-from lmlab.export import family_of, from_hf_state_dict, hf_config, to_hf_state_dict
+from lmlab.export import (
+    config_from_hf,
+    family_of,
+    from_hf_state_dict,
+    hf_config,
+    to_hf_state_dict,
+)
 from lmlab.export.hf import HF_FAMILIES
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import (
@@ -154,6 +160,15 @@ def test_import_matches_hf_outputs(family):
     theirs = jitter(hf_model(family), seed=2)
     ours = from_hf_state_dict(theirs.state_dict(), tiny_config(family), family).eval()
     assert tuple(ours.heads) == CASES[family][1]  # by default, the HF class's heads
+    assert_same_outputs(lmlab_outputs(ours, family), hf_outputs(theirs, family))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_import_with_the_config_read_from_hf_matches_hf_outputs(family):
+    theirs = jitter(hf_model(family), seed=5)
+    found, cfg = config_from_hf(theirs.config.to_dict())
+    assert (found, cfg) == (family, tiny_config(family))
+    ours = from_hf_state_dict(theirs.state_dict(), cfg, found).eval()
     assert_same_outputs(lmlab_outputs(ours, family), hf_outputs(theirs, family))
 
 

@@ -33,10 +33,12 @@ class Dataset:
 
 def in_memory_dataset(train_documents: list[np.ndarray], validation_documents: list[np.ndarray],
                       special: SpecialTokens, bytes_per_token: float = 1.0) -> Dataset:
-    """A Dataset from token-id documents held in memory; each gets an [EOS] appended."""
+    """A Dataset from token-id documents held in memory; each gets an [EOS] appended (when
+    the tokenizer has one)."""
 
     def source(documents: list[np.ndarray]) -> ArraySource:
-        ended = [np.append(np.asarray(d, dtype=np.int64), special.eos) for d in documents]
+        ender = np.array(special.present("eos"), dtype=np.int64)
+        ended = [np.concatenate((np.asarray(d, dtype=np.int64), ender)) for d in documents]
         stops = np.cumsum([len(d) for d in ended])
         spans = np.stack((stops - [len(d) for d in ended], stops), axis=1)
         return ArraySource(np.concatenate(ended), spans)

@@ -70,7 +70,7 @@ class BlockBatches(IterableDataset):
     """An endless stream of (batch_size, block_len) token batches, epoch after epoch."""
 
     def __init__(self, source: TokenSource, block_len: int, batch_size: int,
-                 packing: Packing = "concatenate", pad_id: int = 0, sep_id: int = 0,
+                 packing: Packing = "concatenate", pad_id: int = 0, sep_id: int | None = None,
                  seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside a world of {world_size}")
@@ -89,6 +89,8 @@ class BlockBatches(IterableDataset):
                 raise DataError("this dataset has no sentence offsets, which sentence pairs "
                                 "(NSP) need; a directory from an older lmlab prepare must be "
                                 "prepared again")
+            if sep_id is None:
+                raise ValueError("sentence packing needs a sep token to put between sentences")
             self.rows = sentence_rows(sentences, source.document_spans(), block_len)
             num_blocks = len(self.rows)
         else:

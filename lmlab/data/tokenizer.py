@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -11,7 +11,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from torch import Tensor
 
 from lmlab.data.errors import DataError
-from lmlab.objectives.base import SpecialTokens
+from lmlab.objectives.base import ROLES, SpecialTokens
 
 # Markers that byte-level and metaspace pre-tokenizers put on a word's first piece.
 WORD_START_MARKERS = {"ByteLevel": "Ġ", "Metaspace": "▁"}
@@ -53,6 +53,8 @@ def word_start_table(tokenizer: Tokenizer) -> Tensor:
 
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]", "[EOS]")
+# Each special-token role → its token in lmlab's own tokenizers, which have every role.
+LMLAB_SPECIAL_NAMES: dict[str, str] = dict(zip(ROLES, SPECIAL_TOKENS, strict=True))
 
 
 def sentinel_names(count: int) -> list[str]:
@@ -107,9 +109,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, n_sentinels: i
     return tokenizer
 
 
-def load_tokenizer(path: Path, n_sentinels: int = 0) -> Tokenizer:
-    """A saved tokenizer.json, checked for lmlab's special tokens and `n_sentinels` sentinels;
-    anything wrong is one line naming the file."""
+def load_tokenizer(path: Path, n_sentinels: int = 0,
+                   names: Mapping[str, str | None] | None = None) -> Tokenizer:
+    """A saved tokenizer.json, checked for its special tokens (lmlab's, or `names` as for
+    special_tokens_of) and `n_sentinels` sentinels; anything wrong is one line naming the
+    file."""
     path = Path(path)
     if not path.is_file():
         raise DataError("no such tokenizer file", path)
@@ -117,23 +121,43 @@ def load_tokenizer(path: Path, n_sentinels: int = 0) -> Tokenizer:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises plain Exception for unreadable JSON
         raise DataError(f"not a Hugging Face tokenizer.json ({error})", path) from None
-    special = special_tokens_of(tokenizer, str(path))
+    special = special_tokens_of(tokenizer, str(path), names)
     if len(special.sentinels) < n_sentinels:
         raise DataError(f"has {len(special.sentinels)} sentinels <extra_id_N>, fewer than the "
                         f"{n_sentinels} asked for", path)
     return tokenizer
 
 
-def special_tokens_of(tokenizer: Tokenizer, source: str = "the tokenizer"):
-    """SpecialTokens looked up by name; a missing one is a one-line error naming `source`."""
+def special_tokens_of(tokenizer: Tokenizer, source: str = "the tokenizer",
+                      names: Mapping[str, str | None] | None = None) -> SpecialTokens:
+    """SpecialTokens looked up by name: `names` maps each role to its token, None (or no
+    entry) when the tokenizer has none; by default lmlab's names, every one required. Sentinels
+    are the run of `<extra_id_0>`, `<extra_id_1>`, ... in the vocabulary. A named token the
+    vocabulary lacks is a one-line error naming `source`."""
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        raise DataError(f"{source} lacks the special tokens {', '.join(missing)}")
+    if names is None:
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise DataError(f"{source} lacks the special tokens {', '.join(missing)}")
+        names = LMLAB_SPECIAL_NAMES
+    unknown = [role for role in names if role not in ROLES]
+    if unknown:
+        raise DataError(f"{source}: unknown special-token role {unknown[0]!r}; roles are "
+                        f"{', '.join(ROLES)}")
+    for role, token in names.items():
+        if token is not None and token not in vocab:
+            raise DataError(f"{source} lacks the {role} token {token!r}")
+    ids = {role: vocab[token] for role, token in names.items() if token is not None}
+    try:
+        return SpecialTokens(tokenizer.get_vocab_size(with_added_tokens=True), **ids,
+                             sentinels=_sentinel_ids(vocab))
+    except ValueError as error:
+        raise DataError(f"{source}: {error}") from None
+
+
+def _sentinel_ids(vocab: dict[str, int]) -> tuple[int, ...]:
     sentinels, index = [], 0
     while f"<extra_id_{index}>" in vocab:
         sentinels.append(vocab[f"<extra_id_{index}>"])
         index += 1
-    ids = [vocab[t] for t in SPECIAL_TOKENS]
-    return SpecialTokens(tokenizer.get_vocab_size(with_added_tokens=True), *ids,
-                         sentinels=tuple(sentinels))
+    return tuple(sentinels)

@@ -1,7 +1,8 @@
 """How each kind of model scores a text, in the layout it was trained with.
 
-A document is its token ids followed by [EOS], as in a prepared dataset; positions start at 0
-in every window, as they do for a piece of a document cut from a training block.
+A document is its token ids followed by [EOS], as in a prepared dataset (its ids alone when the
+tokenizer has no [EOS]); positions start at 0 in every window, as they do for a piece of a
+document cut from a training block. Framing tokens the tokenizer lacks are left out.
 
     causal  (clm) log p(token | the tokens before it), read at the position before it. A
             document's first token is given, not scored: training isolates documents and
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model.masks import Kind
-from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.objectives.base import SENTINELS, Objective, SpecialTokens
 from lmlab.objectives.traits import Traits
 
 
@@ -74,7 +75,7 @@ class ScoringRule:
         self._special_table = special.special_table()
 
     def document(self, ids: Tensor) -> Tensor:
-        return torch.cat((ids, torch.tensor([self.special.eos])))
+        return torch.cat((ids, torch.tensor(self.special.present("eos"), dtype=ids.dtype)))
 
     def window(self, context: int) -> int:
         """Document tokens per row for a model with `context` positions."""
@@ -99,7 +100,8 @@ class NextTokenScoring(ScoringRule):
         self.description = (
             "summed log p(token | tokens before it)"
             + (", already-scored context read as a bidirectional prefix" if prefix else "")
-            + "; a document's first token is given, its closing [EOS] is scored")
+            + "; a document's first token is given"
+            + (", its closing [EOS] is scored" if special.eos is not None else ""))
 
     def chunks(self, document: Tensor, window: int, stride: int) -> Iterator[Chunk]:
         for w in left_context_windows(len(document), window, stride):
@@ -120,7 +122,11 @@ class MaskedScoring(ScoringRule):
     def __init__(self, special: SpecialTokens, head: str = "mlm", next_token: bool = False,
                  framed: bool = False) -> None:
         super().__init__(special)
+        self.mask = special.require("mask", "pseudo-log-likelihood scoring")
         self.head, self.next_token, self.framed = head, next_token, framed
+        # BERT's [CLS] text [SEP], as much of it as the tokenizer has.
+        self.before = special.present("cls") if framed else []
+        self.after = special.present("sep") if framed else []
         self.name = "pseudo-next" if next_token else "pseudo"
         where = ("read one position earlier (masked next-token); a document's first token "
                  "is given" if next_token else "read at the mask")
@@ -131,7 +137,7 @@ class MaskedScoring(ScoringRule):
         return ids if self.framed else super().document(ids)
 
     def window(self, context: int) -> int:
-        return context - 2 if self.framed else context
+        return context - len(self.before) - len(self.after)
 
     def chunks(self, document: Tensor, window: int, stride: int) -> Iterator[Chunk]:
         for w in centred_windows(len(document), window, stride):
@@ -142,13 +148,16 @@ class MaskedScoring(ScoringRule):
             if not len(at):
                 continue
             rows = piece.repeat(len(at), 1)
-            rows[torch.arange(len(at)), at] = self.special.mask
-            read_at = at - 1 if self.next_token else at
-            if self.framed:
-                rows = torch.cat((torch.full((len(at), 1), self.special.cls), rows,
-                                  torch.full((len(at), 1), self.special.sep)), dim=1)
-                read_at = read_at + 1
+            rows[torch.arange(len(at)), at] = self.mask
+            read_at = (at - 1 if self.next_token else at) + len(self.before)
+            rows = torch.cat((self._column(self.before, len(at)), rows,
+                              self._column(self.after, len(at))), dim=1)
             yield Chunk(rows, torch.arange(len(at)), read_at, piece[at])
+
+    @staticmethod
+    def _column(ids: list[int], rows: int) -> Tensor:
+        """(rows, len(ids)): `ids` repeated on every row."""
+        return torch.tensor(ids, dtype=torch.long).expand(rows, len(ids))
 
 
 class SpanScoring(ScoringRule):
@@ -161,8 +170,7 @@ class SpanScoring(ScoringRule):
 
     def __init__(self, special: SpecialTokens) -> None:
         super().__init__(special)
-        if not special.sentinels:
-            raise ValueError("span scoring needs sentinel tokens in the vocabulary")
+        special.require_all(("eos", SENTINELS), "span scoring")
 
     def window(self, context: int) -> int:
         return context - 2  # the input's [EOS] and the target's first sentinel

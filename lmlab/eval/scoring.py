@@ -108,7 +108,7 @@ def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk]) -> 
     """log p(target) of every prediction of `chunks`, run as one right-padded batch."""
     device = next(model.parameters()).device
     length = max(c.ids.shape[1] for c in chunks)
-    pad = rule.special.pad
+    pad = rule.special.padding_id
     ids = torch.cat([F.pad(c.ids, (0, length - c.ids.shape[1]), value=pad) for c in chunks])
     real = torch.cat([F.pad(torch.ones_like(c.ids), (0, length - c.ids.shape[1]))
                       for c in chunks])

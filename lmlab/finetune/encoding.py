@@ -1,6 +1,10 @@
 """Texts → token rows for fine-tuning: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token
 types, and words → pieces with the word each piece belongs to (NER).
 
+A tokenizer without [CLS] or [SEP] (GPT-2's) frames rows with what it has: no leading token
+without [CLS]; without [SEP], its [EOS] closes each text (`A [EOS] B [EOS]`, as a causal model
+read documents), and without either nothing does.
+
 Words are encoded as one text joined by spaces, as the tokenizer saw text in pre-training, and
 each piece is given the word its characters fall in; encoding words one by one would lose a
 byte-level tokenizer's leading-space marker and read every word as a sentence start.
@@ -15,8 +19,8 @@ from tokenizers import Tokenizer, pre_tokenizers
 
 from lmlab.objectives.base import SpecialTokens
 
-# Tokens a row spends on [CLS] and [SEP]s.
-SINGLE_OVERHEAD, PAIR_OVERHEAD = 2, 3
+# The most tokens a pair's row spends on [CLS] and [SEP]s.
+PAIR_OVERHEAD = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,16 @@ class Encoder:
     max_len: int
     token_types: bool  # whether the model has token-type embeddings
 
+    @property
+    def leader(self) -> list[int]:
+        """The token before the first text: [CLS], or none."""
+        return self.special.present("cls")
+
+    @property
+    def ender(self) -> list[int]:
+        """The token closing each text: [SEP], else [EOS], else none."""
+        return self.special.present("sep") or self.special.present("eos")
+
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
@@ -65,31 +79,33 @@ class Encoder:
     def pair(self, text: str, text_pair: str | None = None) -> tuple[list[int], list[int]]:
         """(ids, token types) of `[CLS] A [SEP] (B [SEP])`, the longer text cut first when the
         row would exceed max_len, as BERT's fine-tuning truncates pairs."""
-        cls, sep = self.special.cls, self.special.sep
+        leader, ender = self.leader, self.ender
         first = self.ids(text)
         if text_pair is None:
-            first = first[: self.max_len - SINGLE_OVERHEAD]
-            return [cls, *first, sep], [0] * (len(first) + 2)
+            first = first[: self.max_len - len(leader) - len(ender)]
+            ids = [*leader, *first, *ender]
+            return ids, [0] * len(ids)
         second = self.ids(text_pair)
-        while len(first) + len(second) > self.max_len - PAIR_OVERHEAD:
+        while len(first) + len(second) > self.max_len - len(leader) - 2 * len(ender):
             if len(first) >= len(second):
                 first.pop()
             else:
                 second.pop()
-        ids = [cls, *first, sep, *second, sep]
-        return ids, [0] * (len(first) + 2) + [1] * (len(second) + 1)
+        a_part, b_part = [*leader, *first, *ender], [*second, *ender]
+        return [*a_part, *b_part], [0] * len(a_part) + [1] * len(b_part)
 
     def words(self, words: Words) -> tuple[list[int], list[int | None]]:
         """(ids of `[CLS] pieces [SEP]`, the word index of each id, None for [CLS] and
         [SEP]); pieces past max_len are cut, and their words left unread."""
+        leader, ender = self.leader, self.ender
         word_of_char = {}
         for index, (start, end) in enumerate(words.spans):
             word_of_char.update(dict.fromkeys(range(start, end), index))
         ids, offsets = self.with_offsets(words.text())
         word_ids = [_first_word(start, end, word_of_char) for start, end in offsets]
-        kept = self.max_len - SINGLE_OVERHEAD
-        return ([self.special.cls, *ids[:kept], self.special.sep],
-                [None, *word_ids[:kept], None])
+        kept = self.max_len - len(leader) - len(ender)
+        return ([*leader, *ids[:kept], *ender],
+                [None] * len(leader) + word_ids[:kept] + [None] * len(ender))
 
 
 def _first_word(start: int, end: int, word_of_char: dict[int, int]) -> int | None:

@@ -64,23 +64,31 @@ def context_spans(length: int, room: int, stride: int) -> list[tuple[int, int]]:
 
 
 def make_windows(example: int, question_ids: list[int], context_ids: list[int],
-                 context_offsets: list[Offset], cls_id: int, sep_id: int,
+                 context_offsets: list[Offset], cls_id: int | None, sep_id: int | None,
                  max_len: int, stride: int) -> list[QAWindow]:
     """`[CLS] question [SEP] context-part [SEP]` windows of at most max_len tokens covering the
-    whole context (one window without context tokens when it is empty)."""
+    whole context (one window without context tokens when it is empty). A None id is left
+    out (as Encoder frames rows for a tokenizer without it); position 0 still stands for "no
+    answer", so without [CLS] the question's first token does."""
     if len(context_ids) != len(context_offsets):
         raise ValueError(f"{len(context_ids)} context ids but {len(context_offsets)} offsets")
-    room = max_len - len(question_ids) - 3
+    leader = [] if cls_id is None else [cls_id]
+    ender = [] if sep_id is None else [sep_id]
+    head = [*leader, *question_ids, *ender]
+    if not head:
+        raise ValueError("an empty question without [CLS] or [SEP] leaves no position to "
+                         "stand for 'no answer'")
+    room = max_len - len(head) - len(ender)
     if room < 1:
         raise QuestionTooLong(f"a question of {len(question_ids)} tokens leaves no room for "
                               f"context in windows of max_len {max_len}")
     if not 0 <= stride < room:
         raise ValueError(f"stride must be at least 0 and below the {room} context tokens a "
                          f"window holds, got {stride}")
-    head = [cls_id, *question_ids, sep_id]
-    return [QAWindow(example, head + context_ids[a:b] + [sep_id],
-                     [0] * len(head) + [1] * (b - a + 1),
-                     [None] * len(head) + [tuple(o) for o in context_offsets[a:b]] + [None])
+    return [QAWindow(example, head + context_ids[a:b] + ender,
+                     [0] * len(head) + [1] * (b - a + len(ender)),
+                     [None] * len(head) + [tuple(o) for o in context_offsets[a:b]]
+                     + [None] * len(ender))
             for a, b in context_spans(len(context_ids), room, stride)]
 
 

@@ -24,6 +24,12 @@ CONTEXT_SEPARATOR = " ||| "
 NOT_A_POSITION = -1e4
 
 
+def _framing_ids(encoder: Encoder) -> tuple[int | None, int | None]:
+    """The ids Encoder frames rows with, for the windows: (leading, closing), None if none."""
+    leader, ender = encoder.leader, encoder.ender
+    return (leader[0] if leader else None), (ender[0] if ender else None)
+
+
 class QATask(Task):
     name = "qa"
     head = "span"
@@ -53,8 +59,8 @@ class QATask(Task):
             question = encoder.ids(example.question)
             context, offsets = encoder.with_offsets(example.context)
             try:
-                windows = make_windows(index, question, context, offsets, encoder.special.cls,
-                                       encoder.special.sep, encoder.max_len,
+                windows = make_windows(index, question, context, offsets,
+                                       *_framing_ids(encoder), encoder.max_len,
                                        self.cfg.doc_stride)
             except QuestionTooLong as error:
                 raise DataError(f"question {example.id!r}: {error}") from None

@@ -56,7 +56,7 @@ def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",
 @torch.inference_mode()
 def _embed_batch(run: Run, documents: list[tuple[list[int], slice]],
                  pooling: str, causal: bool) -> torch.Tensor:
-    ids, segments = pad_right([ids for ids, _ in documents], run.special.pad)
+    ids, segments = pad_right([ids for ids, _ in documents], run.special.padding_id)
     ids, segments = ids.to(run.device), segments.to(run.device)
     kind = "causal" if causal else "bidirectional"
     hidden = run.model(ids, MaskSpec(kind, segment_ids=segments), predict_at={})["hidden"]

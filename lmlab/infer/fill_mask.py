@@ -55,6 +55,7 @@ def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
         raise ValueError(f"{run.path}: the model has no masked-LM head (trained with "
                          f"{run.spec}); fill-mask needs a model trained with mlm, "
                          "mlm+nsp, mntp or a mix including one of them")
+    mask = run.special.require("mask", "fill-mask")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     items, single = as_batch(texts)
@@ -62,10 +63,10 @@ def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
     for index, item in enumerate(items):
         text = absorb_space_before(item, MASK_TEXT) if isinstance(item, str) else item
         ids = encode(run, text)
-        if run.special.mask not in ids:
+        if mask not in ids:
             raise ValueError(f"text {index + 1} has no {MASK_TEXT} token: {_shown(item)}")
         row = reading_document(run, ids)[0]
-        if run.objective.fill_mask_head[1] and row[0] == run.special.mask:
+        if run.objective.fill_mask_head[1] and row[0] == mask:
             raise ValueError(f"text {index + 1} starts with {MASK_TEXT}: this masked next-token "
                              "(mntp) model predicts each token from the one before it; put a "
                              f"token before the first mask: {_shown(item)}")
@@ -80,7 +81,7 @@ def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
 @torch.inference_mode()
 def _fill_batch(run: Run, rows: list[list[int]],
                 top_k: int) -> list[list[list[Candidate]]]:
-    ids, segments = pad_right(rows, run.special.pad)
+    ids, segments = pad_right(rows, run.special.padding_id)
     ids, segments = ids.to(run.device), segments.to(run.device)
     is_mask = ids == run.special.mask
     head, shift = run.objective.fill_mask_head

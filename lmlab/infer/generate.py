@@ -6,7 +6,8 @@
                                           `<extra_id_0> fill … [EOS]` generated (infill.py)
 
 A model trained only bidirectionally (mlm, mlm+nsp, mntp) never learned to continue text and
-refuses. Generation ends at [EOS], a stop string, `max_new_tokens` or the context's end.
+refuses. Generation ends at [EOS], a stop string, `max_new_tokens` or the context's end; a model
+whose tokenizer has no [EOS] runs to one of the others.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def _start_rows(run: Run, prompts: list, max_new_tokens: int,
 def _advance(row: _Row, token: int, run: Run, ignore_eos: bool) -> str:
     """Take one generated token; returns the text it made safe to show."""
     special = run.special
-    ends = token == special.eos and not ignore_eos
+    ends = token == special.eos and not ignore_eos  # never without an [EOS]
     if row.prompt.mode == "infill" and token in special.sentinels[row.prompt.gaps:]:
         ends = True  # the model opened a gap that does not exist: every gap is filled
     if ends:
@@ -195,7 +196,7 @@ def _run(run: Run, rows: list[_Row], max_new_tokens: int,
     prefix_lens = [row.prompt.prefix_len for row in rows]
     steps_taken = 0
     for tokens in decode(run.model, [row.prompt.ids for row in rows], options.sampling,
-                         max_new_tokens, run.special.pad,
+                         max_new_tokens, run.special.padding_id,
                          prefix_lens if any(prefix_lens) else None, generator):
         steps_taken += 1
         for index, (row, token) in enumerate(zip(rows, tokens.tolist(), strict=True)):

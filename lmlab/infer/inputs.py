@@ -2,7 +2,8 @@
 
 Training reads packed documents that each end with [EOS], with positions restarting at every
 document; sentence-pair objectives (NSP) read `[CLS] A [SEP] B [SEP]` rows. A text given for
-reading (fill-mask, embeddings) becomes one such document.
+reading (fill-mask, embeddings) becomes one such document, framed with those of the tokens the
+tokenizer has: without [EOS] (BERT's) a document is its ids alone.
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ def reading_document(run: Run, ids: list[int]) -> tuple[list[int], slice]:
     """One text as the model read documents in training, and where the text lies in it."""
     special = run.special
     if run.objective.framing == "pair":
-        return [special.cls, *ids, special.sep], slice(1, 1 + len(ids))
-    return [*ids, special.eos], slice(0, len(ids))
+        before, after = special.present("cls"), special.present("sep")
+    else:
+        before, after = [], special.present("eos")
+    return [*before, *ids, *after], slice(len(before), len(before) + len(ids))
 
 
 def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:

@@ -20,15 +20,29 @@ EXPLICIT_MAX_KEYS = 256
 
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
            dropout_p: float) -> Tensor:
-    """softmax(q·kᵀ/√d + mask)·v over (B, H, T, head_dim), by the faster route here."""
+    """softmax(q·kᵀ/√d + mask)·v over (B, H, T, head_dim), by the faster route here. Keys and
+    values may have fewer heads than queries (grouped-query attention): each serves a group of
+    consecutive query heads."""
     if q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[2] <= EXPLICIT_MAX_KEYS:
         return _explicit_attention(q, k, v, attn_mask, is_causal, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                          dropout_p=dropout_p)
+                                          dropout_p=dropout_p, enable_gqa=_grouped(q, k))
+
+
+def _grouped(q: Tensor, k: Tensor) -> bool:
+    return q.shape[1] != k.shape[1]
+
+
+def _repeat_heads(kv: Tensor, group_size: int) -> Tensor:
+    """(B, kv_heads, S, d) → (B, kv_heads·group_size, S, d), each head repeated for its group."""
+    return kv.repeat_interleave(group_size, dim=1)
 
 
 def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
                         is_causal: bool, dropout_p: float) -> Tensor:
+    if _grouped(q, k):
+        group_size = q.shape[1] // k.shape[1]
+        k, v = _repeat_heads(k, group_size), _repeat_heads(v, group_size)
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
     if is_causal:  # queries are the last of the keys' positions, as everywhere in lmlab
         attn_mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool,
@@ -45,12 +59,13 @@ class KVCache:
     """Preallocated keys and values for incremental decoding.
 
     Every layer writes its new keys/values at `length`; the model advances `length` once per
-    forward. Prefilling a prompt (bidirectional for prefix-LM models) is one forward.
+    forward. Prefilling a prompt (bidirectional for prefix-LM models) is one forward. It holds
+    only the key/value heads: grouped-query attention shrinks it by n_heads / kv_heads.
     """
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
-        shape = (cfg.n_layers, batch_size, cfg.n_heads, max_len, cfg.head_dim)
+        shape = (cfg.n_layers, batch_size, cfg.kv_heads, max_len, cfg.head_dim)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0
@@ -74,21 +89,24 @@ class KVCache:
 class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.head_counts = (cfg.n_heads, cfg.kv_heads, cfg.kv_heads)  # of q, k, v
+        self.head_dim = cfg.head_dim
         self.layer_index = layer_index
         self.dropout = cfg.dropout
-        self.qkv = Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
-        self.out = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.qkv = Linear(cfg.d_model, sum(self.head_counts) * cfg.head_dim, bias=cfg.bias)
+        self.out = Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
                 cache: KVCache | None = None) -> Tensor:
-        batch, length, width = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, head_dim)
+        batch, length, _ = x.shape
+        # The heads of q, k and v side by side. Split, they are views strided exactly as a
+        # permute of a (3, H) layout would give, so ungrouped attention pays nothing for this.
+        heads = self.qkv(x).view(batch, length, sum(self.head_counts), self.head_dim)
+        q, k, v = heads.transpose(1, 2).split(self.head_counts, dim=1)  # each (B, heads, T, d)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if cache is not None:
             k, v = cache.update(self.layer_index, k, v)
         attn_mask, is_causal = mask.sdpa_arguments(length, k.shape[2])
         y = attend(q, k, v, attn_mask, is_causal, self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(batch, length, width))
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))

@@ -20,26 +20,36 @@ from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.traits import Traits
 
+# The roles a special token can play. A tokenizer may lack some (BERT's has no [BOS] or [EOS],
+# GPT-2's no [PAD] or [MASK]) and give one token several (GPT-2's <|endoftext|> is its bos, eos
+# and unk).
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+# What an objective may need besides roles: at least one sentinel <extra_id_N>.
+SENTINELS = "sentinels"
+
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """Ids of the special tokens and the vocabulary size; no tokenizer object needed."""
+    """Ids of the special tokens and the vocabulary size; no tokenizer object needed. A role
+    is None when the tokenizer has no such token; roles may share one id."""
 
     vocab_size: int
-    pad: int
-    unk: int
-    cls: int
-    sep: int
-    mask: int
-    bos: int
-    eos: int
+    pad: int | None = None
+    unk: int | None = None
+    cls: int | None = None
+    sep: int | None = None
+    mask: int | None = None
+    bos: int | None = None
+    eos: int | None = None
     sentinels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         ids = self.all_ids
-        if len(set(ids)) != len(ids):
-            raise ValueError("special tokens must have distinct ids")
-        if min(ids) < 0 or max(ids) >= self.vocab_size:
+        sentinels = set(self.sentinels)
+        if len(sentinels) != len(self.sentinels) or sentinels & set(self.present(*ROLES)):
+            raise ValueError("sentinel ids must be distinct from each other and from the "
+                             "special tokens")
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
             raise ValueError(f"special token ids must lie in [0, {self.vocab_size})")
         if len(ids) >= self.vocab_size:
             raise ValueError(f"a vocabulary of {self.vocab_size} leaves no room for ordinary "
@@ -47,8 +57,52 @@ class SpecialTokens:
 
     @property
     def all_ids(self) -> tuple[int, ...]:
-        named = (self.pad, self.unk, self.cls, self.sep, self.mask, self.bos, self.eos)
-        return named + self.sentinels
+        """The distinct special ids, roles first, then sentinels."""
+        return tuple(dict.fromkeys(self.present(*ROLES))) + self.sentinels
+
+    def present(self, *roles: str) -> list[int]:
+        """The ids of those of `roles` the tokenizer has, in order: `present("cls")` is
+        [cls] or []."""
+        return [token for token in map(self._id_of, roles) if token is not None]
+
+    def require(self, role: str, needed_by: str) -> int:
+        """The id of `role`; a one-line ValueError saying `needed_by` needs it when absent."""
+        token = self._id_of(role)
+        if token is None:
+            raise ValueError(f"the tokenizer has no {role} token, which {needed_by} needs")
+        return token
+
+    def require_distinct(self, role: str, needed_by: str) -> int:
+        """The id of `role`, which no other role may share: for a token told apart from the
+        others by its value alone, as padding is in training blocks."""
+        token = self.require(role, needed_by)
+        sharing = [other for other in ROLES if other != role and self._id_of(other) == token]
+        if sharing:
+            raise ValueError(f"the tokenizer's {role} token is also its {sharing[0]} token, but "
+                             f"{needed_by} needs a {role} token of its own")
+        return token
+
+    def require_all(self, needs: tuple[str, ...], needed_by: str) -> None:
+        """A one-line ValueError for the first of `needs` (roles, or SENTINELS) missing."""
+        for need in needs:
+            if need != SENTINELS:
+                self.require(need, needed_by)
+            elif not self.sentinels:
+                raise ValueError(f"{needed_by} needs sentinel tokens <extra_id_0>…, which this "
+                                 "tokenizer lacks")
+
+    @property
+    def padding_id(self) -> int:
+        """The id to fill rows with where lengths or segment ids mark the padding apart, so
+        that the model never reads it as a token: [PAD] when there is one, else [EOS] (what
+        GPT-2 users pad with), else 0, which every vocabulary has."""
+        return (self.present("pad", "eos") or [0])[0]
+
+    def _id_of(self, role: str) -> int | None:
+        if role not in ROLES:
+            raise ValueError(f"unknown special-token role {role!r}; roles are "
+                             f"{', '.join(ROLES)}")
+        return getattr(self, role)
 
     def special_table(self, device=None) -> Tensor:
         """Boolean (vocab_size,) table: True for special ids."""
@@ -176,9 +230,11 @@ def token_loss_sum(output: Tensor | Unprojected, targets: Tensor,
 class Objective:
     """Base for objectives. A plain objective declares its `traits` and, by default, has one
     vocabulary head and one loss term; a composite (Mixture, Alternating) overrides `leaves`,
-    and every capability below is then read off its parts."""
+    and every capability below is then read off its parts. A plain objective refuses, when
+    built, special tokens that lack one its traits need (`SpecialTokens.require_all`)."""
 
     name: str = "objective"
+    title: str = "objective"  # how messages name it: what it is, then its spec in parentheses
     traits: Traits
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:

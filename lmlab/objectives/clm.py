@@ -20,9 +20,13 @@ class CausalLM(Objective):
     """
 
     name = "clm"
+    title = "causal LM (clm)"
+    # Nothing special is needed to build it, so that a model whose tokenizer has no [PAD]
+    # (GPT-2's) loads and generates; padded training blocks require [PAD] when made.
     traits = Traits(attention="causal", heads=("lm",), scoring="causal", generation="causal")
 
     def __init__(self, special: SpecialTokens) -> None:
+        special.require_all(self.traits.needs, self.title)
         self.special = special
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:

@@ -1,6 +1,8 @@
 """How a packed block's documents and padding become segment ids and positions.
 
-Convention: in a packed block every document ends with [EOS]; padding is [PAD].
+Convention: in a packed block every document ends with [EOS]; padding is [PAD], told apart
+from text by its value alone, so it must be a token of its own. Without [EOS] (a tokenizer that
+has none) a block holds no document end and reads as one document.
 """
 
 from __future__ import annotations
@@ -11,13 +13,20 @@ from lmlab.model.masks import positions_within_segments, segments_from_document_
 from lmlab.objectives.base import SpecialTokens
 
 
+def block_pad_id(special: SpecialTokens) -> int:
+    """The [PAD] id of training blocks; a one-line ValueError when the tokenizer has none or
+    shares it with another role."""
+    return special.require_distinct("pad", "reading training blocks")
+
+
 def document_layout(tokens: Tensor, special: SpecialTokens,
                     isolate_documents: bool = True) -> tuple[Tensor, Tensor]:
     """(segment_ids, positions) for a (B, T) block; positions restart in each document."""
-    if isolate_documents:
-        segments = segments_from_document_ends(tokens, special.eos, special.pad)
+    pad = block_pad_id(special)
+    if isolate_documents and special.eos is not None:
+        segments = segments_from_document_ends(tokens, special.eos, pad)
     else:
-        segments = (tokens != special.pad).long()
+        segments = (tokens != pad).long()
     return segments, positions_within_segments(segments)
 
 

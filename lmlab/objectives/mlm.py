@@ -82,8 +82,13 @@ class MaskedLM(Objective):
         self.next_token = next_token
         self.head = head or ("lm" if next_token else "mlm")
         self.isolate_documents = isolate_documents
+        special.require_all(self.traits.needs, self.title)
         self._special_table = special.special_table()
         self._ordinary_ids = special.ordinary_ids()
+
+    @property
+    def title(self) -> str:
+        return "masked next-token prediction (mntp)" if self.next_token else "masked LM (mlm)"
 
     @property
     def traits(self) -> Traits:
@@ -92,7 +97,7 @@ class MaskedLM(Objective):
         return Traits(attention="bidirectional", heads=(self.head,),
                       scoring="pseudo-next" if self.next_token else "pseudo",
                       fill_mask=(self.head, 1 if self.next_token else 0),
-                      predicted_fraction=final_rate)
+                      predicted_fraction=final_rate, needs=("mask", "pad"))
 
     def for_run(self, total_steps: int) -> MaskedLM:
         if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, flat_positions
+from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.traits import Traits
 
@@ -50,15 +51,17 @@ class MaskedLMWithNSP(Objective):
     """
 
     name = "mlm+nsp"
+    title = "masked LM with next-sentence prediction (mlm+nsp)"
 
     def __init__(self, mlm: MaskedLM) -> None:
         self.mlm = mlm
         self.special = mlm.special
+        self.special.require_all(self.traits.needs, self.title)
 
     @property
     def traits(self) -> Traits:
         return replace(self.mlm.traits, heads=(self.mlm.head, "nsp"), packing="sentences",
-                       framing="pair")
+                       framing="pair", needs=(*self.mlm.traits.needs, "cls", "sep"))
 
     @property
     def token_term(self) -> str:
@@ -79,16 +82,16 @@ class MaskedLMWithNSP(Objective):
         return rows[other][start:], NOT_NEXT
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
-        special = self.special
+        special, pad = self.special, block_pad_id(self.special)
         batch, block_len = tokens.shape
-        rows = [split_sentences(row, special.sep, special.pad) for row in tokens]
+        rows = [split_sentences(row, special.sep, pad) for row in tokens]
         for row_index, sentences in enumerate(rows):
             if len(sentences) == 1 and len(sentences[0]) > 1:  # one long sentence: halve it
                 half = len(sentences[0]) // 2
                 rows[row_index] = [sentences[0][:half], sentences[0][half:]]
             elif not sentences:
                 raise ValueError(f"row {row_index} holds no sentence for next-sentence prediction")
-        pairs = torch.full_like(tokens, special.pad)
+        pairs = torch.full_like(tokens, pad)
         types = torch.zeros_like(tokens)
         labels = torch.empty(batch, dtype=torch.long)
         for i, sentences in enumerate(rows):
@@ -103,7 +106,7 @@ class MaskedLMWithNSP(Objective):
             pairs[i, len(a_part): len(a_part) + len(b_part)] = b_part
             types[i, len(a_part): len(a_part) + len(b_part)] = 1
         inputs, targets = self.mlm.corrupt(pairs, generator, step)
-        segments = (pairs != special.pad).long()
+        segments = (pairs != pad).long()
         return Batch(
             input_ids=inputs, mask=MaskSpec("bidirectional", segment_ids=segments),
             positions=torch.arange(block_len).expand(batch, block_len), targets=targets,

@@ -14,7 +14,7 @@ from lmlab.objectives.base import (
     SpecialTokens,
     next_token_targets,
 )
-from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.documents import attention_segments, block_pad_id, document_layout
 from lmlab.objectives.traits import Traits
 
 
@@ -31,11 +31,14 @@ class PrefixLM(Objective):
     """
 
     name = "prefix"
-    traits = Traits(attention="prefix", heads=("lm",), scoring="prefix", generation="prefix")
+    title = "prefix LM (prefix)"
+    traits = Traits(attention="prefix", heads=("lm",), scoring="prefix", generation="prefix",
+                    needs=("pad",))
 
     def __init__(self, special: SpecialTokens, prefix_len: int | None = None) -> None:
         if prefix_len is not None and prefix_len < 1:
             raise ValueError(f"prefix_len must be at least 1, got {prefix_len}")
+        special.require_all(self.traits.needs, self.title)
         self.special = special
         self.prefix_len = prefix_len
 
@@ -48,7 +51,8 @@ class PrefixLM(Objective):
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         segments, positions = document_layout(tokens, self.special)
-        prefix_len = self.split_points((tokens != self.special.pad).sum(1), generator)
+        pad = block_pad_id(self.special)
+        prefix_len = self.split_points((tokens != pad).sum(1), generator)
         targets = next_token_targets(tokens, segments)
         index = torch.arange(tokens.shape[1])
         targets = targets.masked_fill(index[None, :] < prefix_len[:, None] - 1, IGNORE_INDEX)

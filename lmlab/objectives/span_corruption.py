@@ -15,7 +15,14 @@ import torch
 from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import IGNORE_INDEX, Batch, Objective, SpecialTokens
+from lmlab.objectives.base import (
+    IGNORE_INDEX,
+    SENTINELS,
+    Batch,
+    Objective,
+    SpecialTokens,
+)
+from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.traits import Traits
 
 
@@ -82,7 +89,9 @@ class SpanCorruption(Objective):
     """
 
     name = "span"
-    traits = Traits(attention="prefix", heads=("lm",), scoring="span", generation="infill")
+    title = "span corruption (span)"
+    traits = Traits(attention="prefix", heads=("lm",), scoring="span", generation="infill",
+                    needs=("pad", "eos", SENTINELS))
 
     def __init__(self, special: SpecialTokens, noise_density: float = 0.15,
                  mean_span_length: float = 3.0) -> None:
@@ -90,8 +99,7 @@ class SpanCorruption(Objective):
             raise ValueError(f"noise_density must be in (0, 1), got {noise_density}")
         if mean_span_length < 1:
             raise ValueError(f"mean_span_length must be >= 1, got {mean_span_length}")
-        if not special.sentinels:
-            raise ValueError("span corruption needs sentinel tokens in the vocabulary")
+        special.require_all(self.traits.needs, self.title)
         self.special = special
         self.noise_density, self.mean_span_length = noise_density, mean_span_length
 
@@ -102,11 +110,12 @@ class SpanCorruption(Objective):
         if max_spans > len(self.special.sentinels):
             raise ValueError(f"blocks of {block_len} tokens need {max_spans} sentinels; the "
                              f"vocabulary has {len(self.special.sentinels)}")
-        rows = torch.full_like(tokens, self.special.pad)
+        pad = block_pad_id(self.special)
+        rows = torch.full_like(tokens, pad)
         targets = torch.full_like(tokens, IGNORE_INDEX)
         prefix_len = torch.zeros(batch, dtype=torch.long)
         for row in range(batch):
-            source = tokens[row][tokens[row] != self.special.pad][:source_len]
+            source = tokens[row][tokens[row] != pad][:source_len]
             noise = noise_mask(len(source), self.noise_density, self.mean_span_length, generator)
             inputs, outputs = corrupt_spans(source, noise, self.special.sentinels,
                                             self.special.eos)
@@ -114,7 +123,7 @@ class SpanCorruption(Objective):
             rows[row, : len(sequence)] = sequence
             targets[row, len(inputs) - 1: len(sequence) - 1] = outputs
             prefix_len[row] = len(inputs)
-        segments = (rows != self.special.pad).long()
+        segments = (rows != pad).long()
         return Batch(
             input_ids=rows, mask=MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segments),
             positions=torch.arange(block_len).expand(batch, block_len), targets=targets,

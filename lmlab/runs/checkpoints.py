@@ -5,18 +5,22 @@ the run was sharded), `state.pt` (optimizer, loop and data position: tensors and
 only, loaded with weights_only=True), under FSDP2 one `optimizer-rank-N.pt` per rank instead of
 the optimizer in `state.pt`, and `manifest.json` with the SHA-256 of each file. Readers verify
 every file against the manifest before using it; a mismatch names the file and the previous
-good checkpoint. Writing is training's job (lmlab/train/checkpoint.py).
+good checkpoint. `publish_checkpoint` writes one; training adds FSDP2 shards and pruning
+(lmlab/train/checkpoint.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model
-from torch import nn
+from safetensors.torch import load_model, save_file
+from torch import Tensor, nn
 
 MANIFEST = "manifest.json"
 PREFIX = "step-"
@@ -76,3 +80,44 @@ def load_checkpoint(path: Path, model: nn.Module) -> dict:
 def read_state(path: Path, name: str = "state.pt") -> dict:
     """A checkpoint's state file: tensors and plain values only, never arbitrary pickles."""
     return torch.load(path / name, weights_only=True, map_location="cpu")
+
+
+def untied(weights: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    """`weights` (the model's state dict) with each tied parameter once, under its first
+    name, contiguous: what safetensors stores and `load_checkpoint` restores."""
+    seen, tied = set(), set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            tied.add(name)
+        seen.add(id(parameter))
+    return {k: v.contiguous() for k, v in weights.items() if k not in tied}
+
+
+def staging_dir(final: Path) -> Path:
+    """Where checkpoint `final` is written before `publish_checkpoint` renames it into place,
+    so a crash never leaves a directory that looks complete."""
+    return final.parent / f".tmp-{final.name}"
+
+
+def publish_checkpoint(final: Path, step: int, tensors: dict[str, Tensor], state: dict,
+                       metadata: dict | None = None) -> Path:
+    """Write the weights, `state` and the manifest into `final`'s staging directory (which may
+    already hold other files, e.g. optimizer shards) and rename it to `final`."""
+    temporary = staging_dir(final)
+    temporary.mkdir(parents=True, exist_ok=True)
+    write_durably(temporary / "model.safetensors", lambda path: save_file(tensors, str(path)))
+    write_durably(temporary / "state.pt", lambda path: torch.save(state, path))
+    files = {p.name: sha256_of(p) for p in sorted(temporary.iterdir())}
+    manifest = {"step": step, "files": files, **(metadata or {})}
+    write_durably(temporary / MANIFEST,
+                  lambda path: path.write_text(json.dumps(manifest, indent=2)))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(temporary, final)  # the bytes are durable before the rename publishes them
+    return final
+
+
+def write_durably(path: Path, write: Callable[[Path], object]) -> None:
+    write(path)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())

@@ -14,7 +14,12 @@ from tokenizers import Tokenizer
 
 from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
-from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, word_start_table
+from lmlab.data.tokenizer import (
+    LMLAB_SPECIAL_NAMES,
+    load_tokenizer,
+    special_tokens_of,
+    word_start_table,
+)
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head, make_head
 from lmlab.objectives.base import Objective, SpecialTokens
@@ -127,9 +132,15 @@ def pretraining_config(config: dict) -> dict:
 
 def build_heads(config: dict, model_cfg: ModelConfig, objective: Objective) -> dict[str, Head]:
     """The heads a run was trained with: those its config names with their settings (a
-    fine-tuned run's task head), else the objective's."""
-    named = config.get("heads") or dict.fromkeys(objective.heads, {})
+    fine-tuned run's task head; none for an imported bare encoder), else the objective's."""
+    named = config["heads"] if "heads" in config else dict.fromkeys(objective.heads, {})
     return {name: make_head(name, model_cfg, **options) for name, options in named.items()}
+
+
+def special_token_names(config: dict) -> dict[str, str | None]:
+    """Each special-token role → its token in the run's tokenizer (None: it has none). Runs
+    of lmlab's own tokenizers use lmlab's names; imported runs save their tokenizer's."""
+    return config.get("special_tokens", LMLAB_SPECIAL_NAMES)
 
 
 def objective_options(train: dict) -> ObjectiveOptions:
@@ -155,10 +166,11 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     tokenizer = None
     if (run / TOKENIZER).is_file():
         try:
-            tokenizer = load_tokenizer(run / TOKENIZER)
+            tokenizer = load_tokenizer(run / TOKENIZER, names=special_token_names(config))
         except DataError as error:
             raise RunLoadError(str(error)) from None
-        special = special_tokens_of(tokenizer, str(run / TOKENIZER))
+        special = special_tokens_of(tokenizer, str(run / TOKENIZER),
+                                    special_token_names(config))
     elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
     chosen = pick_checkpoint(run, checkpoint)

@@ -1,28 +1,22 @@
-"""Writing checkpoints atomically, FSDP2 optimizer shards, and pruning old ones (the format
-and its verified reading: lmlab/runs/checkpoints.py).
-
-A checkpoint is written under a temporary name and renamed into place, so a crash never
-leaves a directory that looks complete.
-"""
+"""Training's checkpoints: every rank's FSDP2 optimizer shard beside the weights, and pruning
+old ones (the format, its atomic writing and verified reading: lmlab/runs/checkpoints.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from lmlab.runs.checkpoints import (
-    MANIFEST,
     CheckpointError,
     checkpoint_name,
     list_checkpoints,
+    publish_checkpoint,
     read_state,
-    sha256_of,
+    staging_dir,
+    write_durably,
 )
 from lmlab.train.distributed import Env, barrier, full_weights
 
@@ -41,37 +35,21 @@ def save_checkpoint(directory: Path, step: int, weights: nn.Module | dict[str, T
     """
     main = env is None or env.is_main
     final = directory / checkpoint_name(step)
-    temporary = directory / f".tmp-{final.name}"
+    temporary = staging_dir(final)
     if main:
-        directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
+        temporary.mkdir(parents=True)
     if shard is not None:
         barrier(env)
-        _write_durably(temporary / optimizer_shard_name(env.rank),
-                       lambda path: torch.save(shard, path))
+        write_durably(temporary / optimizer_shard_name(env.rank),
+                      lambda path: torch.save(shard, path))
         barrier(env)
     if main:
         tensors = full_weights(weights) if isinstance(weights, nn.Module) else weights
-        _write_durably(temporary / "model.safetensors",
-                       lambda path: save_file(tensors, str(path)))
-        _write_durably(temporary / "state.pt", lambda path: torch.save(state, path))
-        files = {p.name: sha256_of(p) for p in sorted(temporary.iterdir())}
-        manifest = {"step": step, "files": files, **(metadata or {})}
-        _write_durably(temporary / MANIFEST,
-                       lambda path: path.write_text(json.dumps(manifest, indent=2)))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(temporary, final)  # the bytes are durable before the rename publishes them
+        publish_checkpoint(final, step, tensors, state, metadata)
     if shard is not None:
         barrier(env)
     return final
-
-
-def _write_durably(path: Path, write) -> None:
-    write(path)
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def load_optimizer_shard(path: Path, env: Env) -> dict:

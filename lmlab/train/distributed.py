@@ -16,6 +16,8 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
+from lmlab.runs.checkpoints import untied
+
 
 @dataclass(frozen=True)
 class Env:
@@ -105,12 +107,7 @@ def full_weights(model: nn.Module) -> dict[str, Tensor]:
         weights = get_model_state_dict(model, options=options)
     else:
         weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    seen, tied = set(), set()
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        if id(parameter) in seen:
-            tied.add(name)
-        seen.add(id(parameter))
-    return {k: v.contiguous() for k, v in weights.items() if k not in tied}
+    return untied(weights, model)
 
 
 def local_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:

@@ -13,6 +13,7 @@ from lmlab.data.dataset import Dataset
 from lmlab.data.loader import BlockBatches
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Batch, Objective, SpecialTokens
+from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.runs.checkpoints import load_checkpoint
@@ -107,7 +108,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
     blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
-                          special.pad, special.sep, cfg.seed, env.rank, env.world_size)
+                          block_pad_id(special), special.sep, cfg.seed, env.rank, env.world_size)
     if state.data:
         blocks.load_state_dict(state.data)
     if not state.total_steps:
@@ -137,8 +138,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
 def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,
                  env) -> list:
     batches = BlockBatches(dataset.validation, cfg.seq_len, micro_size,
-                           packing(cfg, objective), dataset.special.pad, dataset.special.sep,
-                           seed=0, rank=env.rank, world_size=env.world_size)
+                           packing(cfg, objective), block_pad_id(dataset.special),
+                           dataset.special.sep, seed=0, rank=env.rank, world_size=env.world_size)
     count = min(cfg.eval_batches, batches.batches_per_epoch)
     return [batches.batch(i).tokens for i in range(count)]
 

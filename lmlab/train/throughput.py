@@ -2,7 +2,8 @@
 
 FLOPs per token follow Kaplan et al. 2020 / PaLM (Chowdhery et al. 2022, appendix B): a
 forward pass costs 2 FLOPs per weight in a matmul, the backward pass twice that (6 in all),
-plus attention scores and values, 6 · 2 · layers · d_model · seq_len (i.e. 12·L·d·T).
+plus attention scores and values, 6 · 2 · layers · d_model · seq_len (i.e. 12·L·d·T; the
+heads' total width stands for d_model where a config sets the head size apart).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 
     """Training FLOPs per input token; `predicted_fraction` of positions run the vocabulary
     projection (0.15 for sparse MLM)."""
     d = cfg.d_model
-    attention_weights = 4 * d * d
+    attention_width = cfg.n_heads * cfg.head_dim  # d, unless the head size is set apart
+    # q and out span every head, k and v only the key/value heads: 4·d² without grouping
+    attention_weights = 2 * d * (attention_width + cfg.kv_heads * cfg.head_dim)
     mlp_weights = (3 if cfg.gated else 2) * d * cfg.ffn_dim
-    per_layer = 6 * (attention_weights + mlp_weights) + 12 * d * seq_len
+    per_layer = 6 * (attention_weights + mlp_weights) + 12 * attention_width * seq_len
     return cfg.n_layers * per_layer + 6 * d * cfg.vocab_size * predicted_fraction
 
 

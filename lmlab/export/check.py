@@ -1,0 +1,73 @@
+"""After an export: load the directory with `transformers` and compare its outputs with the
+run's on the same inputs, so a wrong table or config shows up as a number, not later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from lmlab.export.targets import Target
+from lmlab.model import MaskSpec
+from lmlab.runs import Run
+
+ROWS, LENGTH = 3, 24
+
+
+def sample_inputs(run: Run, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Random ordinary tokens, rows right-padded to different lengths; (ids, attention mask)."""
+    generator = torch.Generator().manual_seed(seed)
+    ordinary = run.special.ordinary_ids()
+    length = min(LENGTH, run.max_seq_len)
+    ids = ordinary[torch.randint(len(ordinary), (ROWS, length), generator=generator)]
+    lengths = torch.tensor([length, max(2, length * 2 // 3), max(2, length // 3)])
+    attention_mask = (torch.arange(length) < lengths[:, None]).long()
+    return ids, attention_mask
+
+
+@torch.no_grad()
+def lmlab_outputs(run: Run, target: Target, ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """The run's outputs in the layout HF's class returns them, flattened to real tokens."""
+    mask = MaskSpec("causal" if target.causal else "bidirectional", segment_ids=attention_mask)
+    types = torch.zeros_like(ids) if run.model.cfg.type_vocab_size else None
+    outputs = run.model(ids.to(run.device), mask.to(run.device), token_type_ids=
+                        None if types is None else types.to(run.device))
+    real = attention_mask.bool()
+    if not target.heads:
+        return outputs["hidden"].cpu()[real]
+    return torch.cat([(outputs[h].cpu() if h in ("classify", "nsp") else outputs[h].cpu()[real])
+                      .flatten() for h in target.heads])
+
+
+@torch.no_grad()
+def hf_outputs(model, target: Target, ids: Tensor, attention_mask: Tensor) -> Tensor:
+    found = model(input_ids=ids, attention_mask=attention_mask)
+    real = attention_mask.bool()
+    by_class = {
+        "BertForPreTraining": lambda: [found.prediction_logits[real],
+                                       found.seq_relationship_logits],
+        "BertForSequenceClassification": lambda: [found.logits],
+        "BertForQuestionAnswering": lambda: [
+            torch.stack((found.start_logits, found.end_logits), -1)[real]],
+    }
+    default = ((lambda: [found.last_hidden_state[real]]) if not target.heads
+               else lambda: [found.logits[real]])
+    return torch.cat([t.flatten() for t in by_class.get(target.architecture, default)()])
+
+
+def max_difference(run: Run, target: Target, out: Path) -> float:
+    """The largest absolute difference between the run's outputs and those of the exported
+    directory loaded by `transformers` (fp32, CPU)."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    model = getattr(transformers, target.architecture).from_pretrained(
+        out, attn_implementation="eager").eval()
+    ids, attention_mask = sample_inputs(run)
+    theirs = hf_outputs(model, target, ids, attention_mask)
+    ours = lmlab_outputs(run, target, ids, attention_mask)
+    if ours.shape != theirs.shape:
+        raise ValueError(f"the exported model gives outputs of shape {tuple(theirs.shape)}, "
+                         f"lmlab {tuple(ours.shape)}")
+    return float((ours.float() - theirs.float()).abs().max())

@@ -1,0 +1,62 @@
+"""`lmlab export` (a run → a Hugging Face directory) and `lmlab import` (the reverse)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmlab.command_line import add_command, add_run_arguments
+
+
+def add_export_commands(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        commands, "export", help="write a run as a Hugging Face model directory",
+        handler=export_command,
+        description="Write a run (pre-trained or fine-tuned) as a directory that transformers "
+                    "loads with its Auto classes and pipelines: config.json, model.safetensors, "
+                    "the tokenizer files, and generation_config.json for causal models. The "
+                    "directory is then loaded back with transformers (when installed) and its "
+                    "outputs compared with the run's.")
+    add_run_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the directory to write (new, empty, or an earlier export)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip loading the export back with transformers")
+
+    parser = add_command(
+        commands, "import", help="turn a Hugging Face model into an lmlab run",
+        handler=import_command,
+        description="Turn a Hugging Face model directory (BERT, GPT-2 or Llama-family, with "
+                    "model.safetensors and tokenizer.json) or a GGUF file into a run that every "
+                    "lmlab command reads: fill-mask, generate, embed, eval, finetune.")
+    parser.add_argument("source", type=Path, metavar="HF_DIR",
+                        help="a Hugging Face model directory, or a .gguf file")
+    parser.add_argument("--out", type=Path, required=True, help="the run directory to write")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="read a pytorch_model.bin (tensors only, weights_only=True)")
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from lmlab.export.writer import export_run
+    from lmlab.runs.run import load_run
+
+    run = load_run(args.run_dir, args.checkpoint, args.device)
+    exported = export_run(run, args.out, check=not args.no_check)
+    checked = ("not checked" if exported.max_difference is None else
+               f"checked with transformers: max |difference| {exported.max_difference:.1e}")
+    print(f"exported {args.run_dir} as {exported.target.architecture} to {exported.out} "
+          f"({checked})")
+    return 0
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from lmlab.export.importer import import_hf
+
+    imported = import_hf(args.source, args.out, args.allow_pickle)
+    heads = ", ".join(imported.heads) or "no head"
+    print(f"imported {args.source} ({imported.family} family, {heads}) as a run trained with "
+          f"{imported.objective} in {imported.out}")
+    if imported.left_out:
+        print(f"left out the task head(s) {', '.join(imported.left_out)}: fine-tune the run "
+              "with lmlab finetune")
+    return 0

@@ -1,0 +1,149 @@
+"""Reading a Hugging Face model directory: its config, weights, tokenizer and the roles of
+its special tokens, each refused in one line when it is missing or unsafe.
+
+Weights come from `model.safetensors` (or its shards); a pickled `pytorch_model.bin` only when
+the caller allows it, and then through `torch.load(weights_only=True)`, which refuses code. A
+GGUF file is read through `transformers` (with the `gguf` package), dequantised to fp32.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from lmlab.export.tokenizer_files import HF_ROLE_NAMES
+
+# What `lmlab export` leaves beside the model: its source run and that run's objective.
+EXPORT_RECORD = "lmlab-export.json"
+
+
+class HFImportError(ValueError):
+    """An HF directory that cannot be imported, stated in one line."""
+
+
+@dataclass
+class HFModel:
+    """An HF model as read from disk, before any conversion."""
+
+    config: dict  # config.json
+    state: dict[str, Tensor]  # HF-named weights, as saved
+    tokenizer: Tokenizer
+    roles: dict[str, str | None]  # special-token role → token string (None: absent)
+    source: str
+    objective: str | None = None  # the lmlab objective, for a directory lmlab exported
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise HFImportError(f"{path}: unreadable JSON ({error})") from None
+
+
+def read_weights(directory: Path, allow_pickle: bool) -> dict[str, Tensor]:
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(single)
+    if index.is_file():
+        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        missing = [name for name in shards if not (directory / name).is_file()]
+        if not shards or missing:
+            raise HFImportError(f"{index} names shards that are not there: "
+                               f"{', '.join(missing) or 'none listed'}")
+        return {key: tensor for name in shards for key, tensor in
+                load_file(directory / name).items()}
+    pickled = directory / "pytorch_model.bin"
+    if pickled.is_file():
+        if not allow_pickle:
+            raise HFImportError(f"{pickled} is a pickle, which can run code when loaded; convert "
+                               "it to safetensors, or pass --allow-pickle to read its tensors "
+                               "only (torch.load with weights_only=True)")
+        try:
+            return torch.load(pickled, weights_only=True, map_location="cpu")
+        except Exception as error:  # torch raises UnpicklingError and friends
+            reason = str(error).splitlines()[0]
+            raise HFImportError(f"{pickled}: not a plain tensor checkpoint ({reason})") from None
+    raise HFImportError(f"{directory} has no weights (model.safetensors, its shards, or "
+                       "pytorch_model.bin)")
+
+
+def _token_content(value) -> str | None:
+    """A special token as tokenizer configs write it: a string, or {"content": ...}."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def special_roles(directory: Path, tokenizer: Tokenizer, config: dict) -> dict[str, str | None]:
+    """Each role's token: from tokenizer_config.json / special_tokens_map.json, else from the
+    ids config.json names (GPT-2's original files have only those)."""
+    declared: dict = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (directory / name).is_file():
+            declared.update({k: v for k, v in _read_json(directory / name).items()
+                             if v is not None})
+    roles = {role: _token_content(declared.get(hf_name))
+             for role, hf_name in HF_ROLE_NAMES.items()}
+    for role in ("pad", "bos", "eos"):
+        token_id = config.get(f"{role}_token_id")
+        if roles[role] is None and isinstance(token_id, int):
+            roles[role] = tokenizer.id_to_token(token_id)
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    # A role naming a token the vocabulary lacks cannot be used; treat it as absent.
+    return {role: token if token in vocabulary else None for role, token in roles.items()}
+
+
+def read_tokenizer(directory: Path) -> Tokenizer:
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise HFImportError(f"{directory} has no tokenizer.json (lmlab reads Hugging Face fast "
+                           "tokenizers; save one with AutoTokenizer.from_pretrained(...)"
+                           ".save_pretrained(DIR))")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises plain Exception for unreadable files
+        raise HFImportError(f"{path}: not a Hugging Face tokenizer.json ({error})") from None
+
+
+def read_hf_directory(directory: Path, allow_pickle: bool = False) -> HFModel:
+    if not directory.is_dir():
+        raise HFImportError(f"{directory}: no such directory")
+    if not (directory / "config.json").is_file():
+        raise HFImportError(f"{directory} has no config.json, so it is not a Hugging Face "
+                           "model directory")
+    config = _read_json(directory / "config.json")
+    state = read_weights(directory, allow_pickle)
+    tokenizer = read_tokenizer(directory)
+    record = directory / EXPORT_RECORD
+    objective = _read_json(record).get("objective") if record.is_file() else None
+    return HFModel(config, state, tokenizer, special_roles(directory, tokenizer, config),
+                   str(directory), objective)
+
+
+def read_gguf(path: Path) -> HFModel:
+    """A GGUF file through transformers: its config, dequantised weights and tokenizer."""
+    try:
+        import gguf  # noqa: F401
+        import transformers
+    except ImportError as error:
+        raise HFImportError(f"reading {path.name} needs transformers and gguf "
+                           f"(pip install transformers gguf): {error}") from None
+    directory, name = str(path.parent), path.name
+    try:
+        config = transformers.AutoConfig.from_pretrained(directory, gguf_file=name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            directory, gguf_file=name, dtype=torch.float32)
+        fast = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    except (OSError, ValueError, KeyError) as error:
+        raise HFImportError(f"{path}: transformers cannot read this GGUF file ({error})") from None
+    tokenizer = fast.backend_tokenizer
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    roles = {role: (token if (token := getattr(fast, hf_name, None)) in vocabulary else None)
+             for role, hf_name in HF_ROLE_NAMES.items()}
+    return HFModel(config.to_dict(), model.state_dict(), tokenizer, roles, str(path))

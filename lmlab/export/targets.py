@@ -1,0 +1,112 @@
+"""Which Hugging Face class a run exports to, or why none reproduces it exactly.
+
+The family (bert, gpt2, modern) fixes the HF architecture; the heads fix the class; the way
+the model reads (its objective's attention, a fine-tuned run's attention and pooling) must be
+the one that class computes with, or the exported model would give other answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmlab.export.hf import family_of
+from lmlab.runs import Run
+
+
+class ExportError(ValueError):
+    """A run that no Hugging Face class reproduces, stated in one line with what would work."""
+
+
+@dataclass(frozen=True)
+class Target:
+    family: str  # lmlab family whose weight table applies (lmlab.export.hf.HF_FAMILIES)
+    architecture: str  # the transformers class, e.g. "BertForMaskedLM"
+    heads: tuple[str, ...]  # the lmlab heads it carries, sorted; none for a bare backbone
+    config: dict = field(default_factory=dict)  # what the class adds to config.json
+    pipeline: str | None = None  # the transformers pipeline task it serves, if any
+
+    @property
+    def causal(self) -> bool:
+        return self.family != "bert"
+
+
+# (family, heads) → (class, pipeline). Heads are sorted so the key ignores their order.
+CLASSES: dict[tuple[str, tuple[str, ...]], tuple[str, str | None]] = {
+    ("bert", ()): ("BertModel", "feature-extraction"),
+    ("bert", ("mlm",)): ("BertForMaskedLM", "fill-mask"),
+    ("bert", ("mlm", "nsp")): ("BertForPreTraining", None),
+    ("bert", ("classify",)): ("BertForSequenceClassification", "text-classification"),
+    ("bert", ("tag",)): ("BertForTokenClassification", "token-classification"),
+    ("bert", ("span",)): ("BertForQuestionAnswering", "question-answering"),
+    ("gpt2", ()): ("GPT2Model", "feature-extraction"),
+    ("gpt2", ("lm",)): ("GPT2LMHeadModel", "text-generation"),
+    ("modern", ()): ("LlamaModel", "feature-extraction"),
+    ("modern", ("lm",)): ("LlamaForCausalLM", "text-generation"),
+}
+
+
+def export_target(run: Run) -> Target:
+    """The HF class reproducing `run` exactly; ExportError saying why and what would work."""
+    try:
+        family = family_of(run.model.cfg)
+    except ValueError as error:
+        raise ExportError(f"{error}; export needs a run built from a bert, gpt2 or modern "
+                          "preset") from None
+    _check_reading(run, family)
+    heads = tuple(sorted(run.model.heads))
+    if (family, heads) not in CLASSES:
+        raise ExportError(_no_class(family, heads))
+    architecture, pipeline = CLASSES[family, heads]
+    return Target(family, architecture, heads, _task_config(run), pipeline)
+
+
+def _no_class(family: str, heads: tuple[str, ...]) -> str:
+    offered = sorted(" + ".join(h) or "no head" for fam, h in CLASSES if fam == family)
+    hint = (" (fine-tuned heads export from the bert family)"
+            if family != "bert" and {"classify", "tag", "span"} & set(heads) else "")
+    return (f"Hugging Face has no {family} class with the heads {' + '.join(heads)}{hint}; "
+            f"the {family} family exports runs with {', '.join(offered)}")
+
+
+def _check_reading(run: Run, family: str) -> None:
+    """HF's BERT classes read bidirectionally (and pool [CLS]); GPT-2 and Llama causally."""
+    if "task" in run.config:  # fine-tuned: its own reading, saved with its training config
+        if family != "bert":
+            return  # no gpt2 or Llama task class fits lmlab's heads; export_target says so
+        train = run.config["train"]
+        if train.get("attention") != "bidirectional":
+            raise ExportError(f"the run was fine-tuned with {train.get('attention')} attention; "
+                              "BERT's task classes read bidirectionally (fine-tune with "
+                              "--attention bidirectional to export)")
+        if "classify" in run.model.heads and train.get("pooling") != "cls":
+            raise ExportError(f"the run pools its {train.get('pooling')} tokens; "
+                              "BertForSequenceClassification pools [CLS] (fine-tune with "
+                              "--pooling cls to export)")
+        return
+    leaves = run.objective.leaves()
+    if family == "bert":
+        wrong = [leaf.name for leaf in leaves if leaf.traits.attention != "bidirectional"
+                 or (leaf.traits.fill_mask or ("", 0))[1] != 0]
+        if wrong:
+            raise ExportError(f"the run was pre-trained with {run.spec}, which BERT's classes "
+                              "do not compute (they read bidirectionally and predict each "
+                              "[MASK] at its own position); pre-train with mlm or mlm+nsp")
+    elif not run.objective.reads_causally:
+        raise ExportError(f"the run was pre-trained with {run.spec}, which reads part of its "
+                          f"input bidirectionally; Hugging Face's {family} classes read "
+                          "left to right only (pre-train with clm to export)")
+
+
+def _task_config(run: Run) -> dict:
+    """config.json fields of a fine-tuned head: labels, and the loss HF should train with."""
+    task = run.config.get("task")
+    if task is None or task["name"] == "qa":
+        return {}
+    if task["name"] == "regress":
+        return {"num_labels": 1, "problem_type": "regression"}
+    labels = task["labels"]
+    extra = {"id2label": dict(enumerate(labels)),
+             "label2id": {label: index for index, label in enumerate(labels)}}
+    if task["name"] != "ner":
+        extra["problem_type"] = "single_label_classification"
+    return extra

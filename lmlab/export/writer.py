@@ -1,0 +1,114 @@
+"""`lmlab export RUN --out DIR`: a run as a Hugging Face model directory.
+
+    DIR/config.json             architecture, sizes, special-token ids, labels
+    DIR/model.safetensors       HF-named weights, tied tensors stored once
+    DIR/generation_config.json  causal models
+    DIR/tokenizer.json, tokenizer_config.json, special_tokens_map.json
+    DIR/lmlab-export.json       where it came from, and the parity check's result
+
+The directory is staged beside DIR and renamed into place, so a failed export leaves no
+half-written model behind.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from lmlab.atomic import atomic_directory
+from lmlab.export.hf import HF_FAMILIES, hf_config_dict, to_hf_state_dict
+from lmlab.export.hf_files import EXPORT_RECORD
+from lmlab.export.targets import ExportError, Target, export_target
+from lmlab.export.tokenizer_files import write_tokenizer_files
+from lmlab.runs import Run
+from lmlab.runs.run import special_token_names
+
+# The parity check's bound: fp32 on CPU agrees to about 1e-6; more means a wrong mapping.
+CHECK_TOLERANCE = 1e-4
+
+
+@dataclass
+class Exported:
+    out: Path
+    target: Target
+    max_difference: float | None  # None: not checked (--no-check, or no transformers)
+
+
+def check_out_dir(out: Path) -> None:
+    """`out` may be new, empty, or an earlier export; anything else is refused."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_RECORD).is_file():
+        raise ExportError(f"{out} holds files that are not an lmlab export; choose another "
+                          "--out")
+
+
+def _special_ids(run: Run) -> dict:
+    special = run.special
+    return {"pad_token_id": special.pad, "bos_token_id": special.bos,
+            "eos_token_id": special.eos}
+
+
+def _model_config(run: Run, target: Target) -> dict:
+    config = hf_config_dict(run.model.cfg, target.family, **_special_ids(run), **target.config)
+    return {**config, "architectures": [target.architecture], "torch_dtype": "float32"}
+
+
+def _weights(run: Run, target: Target) -> dict:
+    """HF-named tensors, each tie stored once (HF restores the alias when loading)."""
+    state = to_hf_state_dict(run.model.float(), target.family)
+    if run.model.cfg.tie_embeddings:
+        for alias in HF_FAMILIES[target.family].tied:
+            state.pop(alias, None)
+    if not target.heads:  # the bare backbone: its keys have no prefix
+        state = {key.partition(".")[2]: tensor for key, tensor in state.items()}
+    return {key: tensor.detach().contiguous().cpu() for key, tensor in state.items()}
+
+
+def _generation_config(run: Run) -> dict:
+    return {**{key: value for key, value in _special_ids(run).items() if value is not None},
+            "do_sample": False}
+
+
+def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
+    """Write `run` (loaded with lmlab.runs.load_run) to `out` as a Hugging Face directory;
+    with `check`, load it back with transformers (when installed) and compare outputs."""
+    out = Path(out)
+    target = export_target(run)
+    check_out_dir(out)
+    tokenizer = run.require_tokenizer()
+    difference = None
+    with atomic_directory(out) as staging:
+        files = {"config.json": _model_config(run, target)}
+        if target.causal:
+            files["generation_config.json"] = _generation_config(run)
+        for name, content in files.items():
+            (staging / name).write_text(json.dumps(content, indent=2) + "\n")
+        save_file(_weights(run, target), str(staging / "model.safetensors"),
+                  metadata={"format": "pt"})
+        write_tokenizer_files(staging, tokenizer, special_token_names(run.config), run.special,
+                              run.max_seq_len, token_types=bool(run.model.cfg.type_vocab_size),
+                              pair_framed="task" in run.config or run.objective.framing == "pair")
+        if check and _transformers_installed():
+            from lmlab.export.check import max_difference
+
+            difference = max_difference(run, target, staging)
+            if difference > CHECK_TOLERANCE:
+                raise ExportError(f"the exported model's outputs differ from the run's by "
+                                  f"{difference:.2e} (more than {CHECK_TOLERANCE:g}); nothing "
+                                  "was written")
+        record = {"run": str(run.path), "checkpoint": str(run.checkpoint), "objective": run.spec,
+                  "architecture": target.architecture, "max_difference": difference}
+        (staging / EXPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    return Exported(out, target, difference)
+
+
+def _transformers_installed() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True

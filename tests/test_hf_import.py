@@ -1,0 +1,263 @@
+"""`lmlab import`: directories saved by transformers become runs that compute what the HF
+model computes (fp32, atol 1e-5) and that lmlab's commands read; bad directories are refused
+in one line with nothing written.
+
+Random tiny HF models saved on the spot; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from lmlab.cli import main
+from lmlab.export.hf_files import HFImportError
+from lmlab.export.importer import import_hf
+from lmlab.infer.embed import embed
+from lmlab.infer.fill_mask import fill_mask
+from lmlab.infer.generate import generate
+from lmlab.model import MaskSpec
+from lmlab.runs.run import load_run
+from tests.hf_runs import TEXTS, tiny_tokenizer
+from tests.test_hf_parity import jitter, transformers
+
+TOLERANCE = 1e-5
+
+
+def gpt2_style_tokenizer() -> Tokenizer:
+    """Byte-level BPE whose one special token, <|endoftext|>, is bos, eos and unk at once."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(TEXTS, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return tokenizer
+
+
+def save_tokenizer(directory, tokenizer: Tokenizer, **roles) -> None:
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, **roles).save_pretrained(
+        directory)
+
+
+BERT_ROLES = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                  mask_token="[MASK]")
+GPT2_ROLES = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                  unk_token="<|endoftext|>")
+
+
+def bert_config(vocab_size: int, **extra):
+    return transformers.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, intermediate_size=64,
+                                   max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                   attention_probs_dropout_prob=0.0, **extra)
+
+
+def saved_bert(directory, class_name: str = "BertForMaskedLM", seed: int = 0):
+    tokenizer = tiny_tokenizer("bert")
+    tokenizer.post_processor = processors.BertProcessing(
+        ("[SEP]", tokenizer.token_to_id("[SEP]")), ("[CLS]", tokenizer.token_to_id("[CLS]")))
+    torch.manual_seed(seed)
+    model = jitter(getattr(transformers, class_name)(bert_config(tokenizer.get_vocab_size())),
+                   seed).eval()
+    model.save_pretrained(directory)
+    save_tokenizer(directory, tokenizer, **BERT_ROLES)
+    return model
+
+
+def saved_gpt2(directory, seed: int = 0):
+    tokenizer = gpt2_style_tokenizer()
+    config = transformers.GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_embd=32, n_layer=2,
+                                     n_head=2, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(seed)
+    model = jitter(transformers.GPT2LMHeadModel(config), seed).eval()
+    model.save_pretrained(directory)
+    save_tokenizer(directory, tokenizer, **GPT2_ROLES)
+    return model
+
+
+def saved_llama(directory, seed: int = 0):
+    """Grouped-query attention (4 query heads, 2 key/value heads), a head width that is not
+    hidden/heads, untied embeddings and a rope_theta of its own."""
+    tokenizer = tiny_tokenizer("modern")
+    config = transformers.LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=48,
+        max_position_embeddings=64, rope_theta=50000.0, tie_word_embeddings=False,
+        bos_token_id=5, eos_token_id=6, pad_token_id=0)
+    torch.manual_seed(seed)
+    model = jitter(transformers.LlamaForCausalLM(config), seed).eval()
+    model.save_pretrained(directory)
+    save_tokenizer(directory, tokenizer, bos_token="[BOS]", eos_token="[EOS]",
+                   pad_token="[PAD]", unk_token="[UNK]")
+    return model
+
+
+def sample(run, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(10, run.model.cfg.vocab_size, (2, length), generator=generator)
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, length // 2:] = 0
+    return ids, attention_mask
+
+
+@torch.no_grad()
+def assert_same_logits(run, hf_model, head: str, causal: bool) -> None:
+    ids, attention_mask = sample(run)
+    mask = MaskSpec("causal" if causal else "bidirectional", segment_ids=attention_mask)
+    ours = run.model(ids, mask)[head]
+    theirs = hf_model(input_ids=ids, attention_mask=attention_mask)
+    theirs = theirs.last_hidden_state if head == "hidden" else theirs.logits
+    real = attention_mask.bool()
+    assert float((ours[real] - theirs[real]).abs().max()) <= TOLERANCE
+
+
+@pytest.mark.parametrize(("class_name", "heads"), [
+    ("BertForMaskedLM", ("mlm",)), ("BertForPreTraining", ("mlm", "nsp")), ("BertModel", ())])
+def test_bert_checkpoints_with_and_without_heads_import(tmp_path, class_name, heads):
+    hf_model = saved_bert(tmp_path / "hf", class_name)
+    imported = import_hf(tmp_path / "hf", tmp_path / "run")
+    run = load_run(imported.out)
+    assert tuple(run.model.heads) == heads
+    assert (run.special.cls, run.special.mask, run.special.bos, run.special.eos) == (2, 4, None,
+                                                                                  None)
+    if class_name == "BertForPreTraining":
+        hf_model = hf_model.bert  # compare hidden states; the heads follow from them
+    assert_same_logits(run, hf_model, "mlm" if class_name == "BertForMaskedLM" else "hidden",
+                       causal=False)
+
+
+def test_legacy_position_ids_buffer_is_ignored(tmp_path):
+    hf_model = saved_bert(tmp_path / "hf")
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    weights["bert.embeddings.position_ids"] = torch.arange(64)[None]
+    save_file(weights, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    assert_same_logits(run, hf_model, "mlm", causal=False)
+
+
+def test_gpt2_imports_with_one_token_for_every_role(tmp_path):
+    hf_model = saved_gpt2(tmp_path / "hf")
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    special = run.special
+    assert special.bos == special.eos == special.unk == 0
+    assert special.pad is None and special.mask is None
+    assert_same_logits(run, hf_model, "lm", causal=True)
+
+
+def test_grouped_query_llama_with_untied_embeddings_imports(tmp_path):
+    hf_model = saved_llama(tmp_path / "hf")
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    cfg = run.model.cfg
+    assert (cfg.n_heads, cfg.kv_heads, cfg.head_dim, cfg.tie_embeddings) == (4, 2, 16, False)
+    assert cfg.rope_theta == 50000.0
+    assert_same_logits(run, hf_model, "lm", causal=True)
+
+
+def test_imported_decoder_generates_as_transformers_does(tmp_path):
+    hf_model = saved_llama(tmp_path / "hf")
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    prompt = "The quick brown fox"
+    ids = run.tokenizer.encode(prompt, add_special_tokens=False).ids
+    theirs = hf_model.generate(torch.tensor([ids]), max_new_tokens=10, do_sample=False,
+                               min_new_tokens=10)[0, len(ids):].tolist()
+    ours = generate(run, prompt, max_new_tokens=10, greedy=True, ignore_eos=True)
+    assert ours.ids == theirs
+
+
+def test_imported_encoder_fills_masks_and_embeds(tmp_path):
+    hf_model = saved_bert(tmp_path / "hf")
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    text = "The quick brown [MASK] jumps over the lazy dog."
+    encoded = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(
+        text, return_tensors="pt")
+    with torch.no_grad():
+        logits = hf_model(**encoded).logits[0]
+    at = encoded["input_ids"][0].tolist().index(run.special.mask)
+    assert [c.id for c in fill_mask(run, text, top_k=3)[0]] == logits[at].topk(3).indices.tolist()
+    vectors = embed(run, ["Paris is the capital of France."], pooling="mean")
+    assert np.isfinite(vectors).all() and vectors.shape == (1, 32)
+
+
+def write_config(directory, **changes) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def refused(tmp_path, capsys, *extra: str) -> str:
+    capsys.readouterr()  # what saving the HF model printed
+    code = main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run"), *extra])
+    error = capsys.readouterr().err
+    assert code == 1 and error.count("\n") == 1 and "Traceback" not in error
+    assert not (tmp_path / "run").exists()
+    return error
+
+
+def test_a_directory_without_config_or_weights_is_refused(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    assert "has no weights" in refused(tmp_path, capsys)
+    (tmp_path / "hf" / "config.json").unlink()
+    assert "has no config.json" in refused(tmp_path, capsys)
+
+
+def test_an_unknown_architecture_is_named_with_the_supported_ones(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    write_config(tmp_path / "hf", model_type="t5", architectures=["T5ForConditionalGeneration"])
+    error = refused(tmp_path, capsys)
+    assert "t5" in error and all(name in error for name in ("bert", "gpt2", "llama"))
+
+
+def test_weights_that_do_not_fit_the_config_name_the_tensor_and_shapes(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    write_config(tmp_path / "hf", intermediate_size=48)
+    error = refused(tmp_path, capsys)
+    assert "bert.encoder.layer.0.intermediate.dense.weight" in error
+    assert "(64, 32)" in error and "(48, 32)" in error
+
+
+def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    write_config(tmp_path / "hf", vocab_size=50)
+    assert "tokenizer has" in refused(tmp_path, capsys)
+
+
+def test_an_output_directory_holding_other_files_is_refused(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    code = main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run")])
+    assert code == 1 and "already holds files" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["notes.txt"]
+
+
+def test_a_pickle_is_refused_unless_allowed_and_then_read_as_tensors_only(tmp_path, capsys):
+    hf_model = saved_bert(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save(hf_model.state_dict(), tmp_path / "hf" / "pytorch_model.bin")
+    assert "--allow-pickle" in refused(tmp_path, capsys)
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run"),
+                 "--allow-pickle"]) == 0
+    assert_same_logits(load_run(tmp_path / "run"), hf_model, "mlm", causal=False)
+
+
+def test_a_pickle_holding_code_is_refused_even_when_allowed(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    torch.save({"weights": print}, tmp_path / "hf" / "pytorch_model.bin")
+    assert "not a plain tensor checkpoint" in refused(tmp_path, capsys, "--allow-pickle")
+
+
+def test_cli_import_reports_the_run(tmp_path, capsys):
+    saved_gpt2(tmp_path / "hf")
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    assert "gpt2 family" in capsys.readouterr().out
+    with pytest.raises(HFImportError):
+        import_hf(tmp_path / "missing", tmp_path / "other")
