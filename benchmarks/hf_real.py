@@ -89,7 +89,7 @@ def minilm(work: Path, shared: Path, train_rows: int, epochs: float) -> dict:
     model_dir = fetch("minilm", work)
     run_dir, import_seconds = imported(model_dir, work / "runs" / "minilm")
     run = load_run(run_dir)
-    texts = [line.split("\t")[0] for line in sst2("dev", 64, shared)]
+    texts = [line.split("\t")[1] for line in sst2("dev", 64, shared)]
     ours = torch.from_numpy(embed(run, texts, pooling="mean"))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     reference = BertModel.from_pretrained(model_dir).eval()
@@ -106,7 +106,7 @@ def minilm(work: Path, shared: Path, train_rows: int, epochs: float) -> dict:
     cosine = torch.nn.functional.cosine_similarity(ours, sentence_transformers).min()
 
     train = work / "sst2-train.tsv"
-    train.write_text("\n".join(["sentence\tlabel", *sst2("train", train_rows, shared)]) + "\n")
+    train.write_text("\n".join(["label\tsentence", *sst2("train", train_rows, shared)]) + "\n")
     out = work / "runs" / "minilm-sst2"
     start = time.perf_counter()
     lmlab("finetune", str(run_dir), "--task", "classify", "--train", str(train),

@@ -58,10 +58,17 @@ def bert_config(vocab_size: int, **extra):
                                    attention_probs_dropout_prob=0.0, **extra)
 
 
-def saved_bert(directory, class_name: str = "BertForMaskedLM", seed: int = 0):
+def saved_bert(directory, class_name: str = "BertForMaskedLM", seed: int = 0,
+               fixed_length: int | None = None):
+    """`fixed_length`: the tokenizer pads and cuts every text to it, as sentence-transformers'
+    tokenizer.json files do."""
     tokenizer = tiny_tokenizer("bert")
     tokenizer.post_processor = processors.BertProcessing(
         ("[SEP]", tokenizer.token_to_id("[SEP]")), ("[CLS]", tokenizer.token_to_id("[CLS]")))
+    if fixed_length:
+        tokenizer.enable_padding(length=fixed_length, pad_token="[PAD]",
+                                 pad_id=tokenizer.token_to_id("[PAD]"))
+        tokenizer.enable_truncation(fixed_length)
     torch.manual_seed(seed)
     model = jitter(getattr(transformers, class_name)(bert_config(tokenizer.get_vocab_size())),
                    seed).eval()
@@ -127,6 +134,9 @@ def test_bert_checkpoints_with_and_without_heads_import(tmp_path, class_name, he
     assert tuple(run.model.heads) == heads
     assert (run.special.cls, run.special.mask, run.special.bos, run.special.eos) == (2, 4, None,
                                                                                   None)
+    if not heads:
+        with pytest.raises(ValueError, match="without its masked-LM head"):
+            fill_mask(run, "A [MASK] .")
     if class_name == "BertForPreTraining":
         hf_model = hf_model.bert  # compare hidden states; the heads follow from them
     assert_same_logits(run, hf_model, "mlm" if class_name == "BertForMaskedLM" else "hidden",
@@ -183,6 +193,21 @@ def test_imported_encoder_fills_masks_and_embeds(tmp_path):
     assert [c.id for c in fill_mask(run, text, top_k=3)[0]] == logits[at].topk(3).indices.tolist()
     vectors = embed(run, ["Paris is the capital of France."], pooling="mean")
     assert np.isfinite(vectors).all() and vectors.shape == (1, 32)
+
+
+@torch.no_grad()
+def test_mean_embeddings_equal_bert_hidden_states_over_the_text_tokens(tmp_path):
+    hf_model = saved_bert(tmp_path / "hf", "BertModel", fixed_length=32)
+    run = load_run(import_hf(tmp_path / "hf", tmp_path / "run").out)
+    texts = ["Paris is the capital of France.", "The quick brown fox jumps."]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    hidden = hf_model(**encoded).last_hidden_state
+    lengths = encoded["attention_mask"].sum(1)
+    expected = torch.stack([hidden[row, 1:length - 1].mean(0)  # without [CLS] and [SEP]
+                            for row, length in enumerate(lengths.tolist())])
+    ours = torch.from_numpy(embed(run, texts, pooling="mean"))
+    assert float((ours - expected).abs().max()) <= TOLERANCE
 
 
 def write_config(directory, **changes) -> None:

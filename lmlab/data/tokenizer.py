@@ -109,6 +109,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, n_sentinels: i
     return tokenizer
 
 
+def without_padding_or_truncation(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer`, no longer padding or cutting what it encodes: lmlab frames, cuts and pads
+    rows itself, while tokenizer.json files saved for inference often pad every text to a
+    fixed length (sentence-transformers' to 128), which would make padding look like text."""
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
 def load_tokenizer(path: Path, n_sentinels: int = 0,
                    names: Mapping[str, str | None] | None = None) -> Tokenizer:
     """A saved tokenizer.json, checked for its special tokens (lmlab's, or `names` as for
@@ -121,6 +130,7 @@ def load_tokenizer(path: Path, n_sentinels: int = 0,
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises plain Exception for unreadable JSON
         raise DataError(f"not a Hugging Face tokenizer.json ({error})", path) from None
+    without_padding_or_truncation(tokenizer)
     special = special_tokens_of(tokenizer, str(path), names)
     if len(special.sentinels) < n_sentinels:
         raise DataError(f"has {len(special.sentinels)} sentinels <extra_id_N>, fewer than the "

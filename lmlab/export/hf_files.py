@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from lmlab.data.tokenizer import without_padding_or_truncation
 from lmlab.export.tokenizer_files import HF_ROLE_NAMES
 
 # What `lmlab export` leaves beside the model: its source run and that run's objective.
@@ -106,7 +107,7 @@ def read_tokenizer(directory: Path) -> Tokenizer:
                            "tokenizers; save one with AutoTokenizer.from_pretrained(...)"
                            ".save_pretrained(DIR))")
     try:
-        return Tokenizer.from_file(str(path))
+        return without_padding_or_truncation(Tokenizer.from_file(str(path)))
     except Exception as error:  # tokenizers raises plain Exception for unreadable files
         raise HFImportError(f"{path}: not a Hugging Face tokenizer.json ({error})") from None
 
@@ -142,7 +143,7 @@ def read_gguf(path: Path) -> HFModel:
         fast = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
     except (OSError, ValueError, KeyError) as error:
         raise HFImportError(f"{path}: transformers cannot read this GGUF file ({error})") from None
-    tokenizer = fast.backend_tokenizer
+    tokenizer = without_padding_or_truncation(fast.backend_tokenizer)
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     roles = {role: (token if (token := getattr(fast, hf_name, None)) in vocabulary else None)
              for role, hf_name in HF_ROLE_NAMES.items()}

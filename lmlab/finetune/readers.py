@@ -322,14 +322,20 @@ def label_names(labels: Iterable[str]) -> list[str]:
     return sorted(names)
 
 
+SHOWN_LABELS = 12  # training labels an error lists; more mean a wrong column, not a typo
+
+
 def _check_known(found: Iterable[tuple[str, int]], known: Sequence[str], kind: str,
                  path: str | Path) -> None:
     """Fail at the first value training never saw: the model has no output for it."""
     allowed = set(known)
+    shown = ", ".join(known[:SHOWN_LABELS]) + (
+        f" … ({len(known)} in all: is --label-column the right column?)"
+        if len(known) > SHOWN_LABELS else "")
     for value, line in found:
         if value not in allowed:
             raise DataError(f"{kind} {value!r} never seen in training (training {kind}s: "
-                            f"{', '.join(known)})", path, line)
+                            f"{shown})", path, line)
 
 
 def check_labels_known(examples: Sequence[TextExample], known: Sequence[str],

@@ -55,6 +55,10 @@ def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
         raise ValueError(f"{run.path}: the model has no masked-LM head (trained with "
                          f"{run.spec}); fill-mask needs a model trained with mlm, "
                          "mlm+nsp, mntp or a mix including one of them")
+    if run.objective.fill_mask_head[0] not in run.model.heads:
+        raise ValueError(f"{run.path}: the model was saved without its masked-LM head (as "
+                         "encoders for embeddings are); it can embed and be fine-tuned, not "
+                         "fill masks")
     mask = run.special.require("mask", "fill-mask")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
