@@ -1,0 +1,1 @@
+"""Comparing pre-training objectives on one backbone: which is better, by how much, how sure."""
