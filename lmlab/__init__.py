@@ -66,6 +66,15 @@ def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,
     return predict_with(run, texts, file, all_scores)
 
 
+def plan(objective: str = "mlm", **options):
+    """The sizing table `lmlab plan` prints: for each candidate size, measured throughput,
+    FLOPs per token, tokens reachable in the budget (`minutes=`, `flops=` or `tokens=`), the
+    loss a Chinchilla-style fit predicts, and a recommended `lmlab pretrain` command."""
+    from lmlab.compare.plan import plan as plan_sizes  # times training steps
+
+    return plan_sizes(objective, **options)
+
+
 def export_hf(run: str | Path | Run, out: str | Path, checkpoint: str = "best",
               check: bool = True) -> Path:
     """Write a run as a Hugging Face model directory, as `lmlab export` does; returns it."""
@@ -88,6 +97,6 @@ __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
     "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "evaluate", "load", "prepare",
-    "__version__", "export_hf", "finetune", "import_hf", "predict", "preset", "preset_names",
-    "pretrain",
+    "__version__", "export_hf", "finetune", "import_hf", "plan", "predict", "preset",
+    "preset_names", "pretrain",
 ]

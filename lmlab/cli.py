@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from lmlab.command_line import HelpFormatter, unknown_option_message
+from lmlab.compare.commands import add_compare_commands
 from lmlab.data.commands import add_prepare_command
 from lmlab.eval.commands import add_eval_command
 from lmlab.export.commands import add_export_commands
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_infer_commands(commands)
     add_finetune_commands(commands)
     add_export_commands(commands)
+    add_compare_commands(commands)
     return parser
 
 

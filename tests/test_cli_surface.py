@@ -34,6 +34,8 @@ SURFACE = {
                  "--max-new-tokens", "--num-samples", "--repetition-penalty", "--seed", "--stop",
                  "--temperature", "--top-k", "--top-p", "--truncate-left"],
     "import": ["--allow-pickle", "--help", "--out"],
+    "plan": ["--batch-size", "--data", "--family", "--flops", "--help", "--minutes", "--objective",
+             "--out", "--precision", "--seq-len", "--sizes", "--steps-to-time", "--tokens"],
     "predict": ["--all-scores", "--batch-size", "--checkpoint", "--device", "--file", "--help",
                 "--json"],
     "prepare": ["--blank-line-documents", "--help", "--keep-control-characters",

@@ -14,7 +14,7 @@ def write_json(result: dict, path: str | Path) -> None:
     write_text_atomic(path, json.dumps(result, indent=2) + "\n")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     line = lambda row: "  ".join(  # noqa: E731
         cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
@@ -29,7 +29,7 @@ def _perplexity_lines(result: dict) -> list[str]:
     rows = [[m["rule"], m["metric"], f"{m['perplexity']:.3f}", f"{m['bits_per_byte']:.4f}",
              f"{m['tokens_scored']:,}", f"{m['window']}/{m['stride']}",
              f"{m['tokens_per_second']:,.0f}"] for m in result["perplexity"]]
-    lines += _table(["rule", "metric", "value", "bits/byte", "tokens scored", "window/stride",
+    lines += text_table(["rule", "metric", "value", "bits/byte", "tokens scored", "window/stride",
                      "tokens/s"], rows)
     return lines
 
@@ -45,7 +45,7 @@ def _pair_lines(result: dict) -> list[str]:
         for value in values:
             rows.append([f"{key} {value}",
                          *(f"{r['groups'][key][value]['accuracy']:.4f}" for r in runs)])
-    return lines + _table(header, rows)
+    return lines + text_table(header, rows)
 
 
 def format_report(result: dict) -> str:

@@ -304,10 +304,12 @@ class Objective:
         """Whether the model only ever read text left to right."""
         return all(leaf.traits.attention == "causal" for leaf in self.leaves())
 
-    @property
-    def predicted_fraction(self) -> float:
-        """Share of positions that run a vocabulary head per step (for FLOP counting)."""
-        return self.traits.predicted_fraction
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """The expected share of a (rows, seq_len) micro-batch's positions at which training
+        runs a vocabulary projection, for FLOP counting (lmlab.train.throughput): the fused
+        projection and cross-entropy skip positions without a target, so it is the share that
+        carries one. Each objective counts its own."""
+        raise NotImplementedError
 
 
 def next_token_targets(tokens: Tensor, segment_ids: Tensor) -> Tensor:

@@ -29,6 +29,11 @@ class CausalLM(Objective):
         special.require_all(self.traits.needs, self.title)
         self.special = special
 
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """Every position but a block's last has a next token to predict; the one lost at each
+        document end inside a block depends on the data and is not counted."""
+        return (seq_len - 1) / seq_len
+
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         segments, positions = document_layout(tokens, self.special)
         return Batch(

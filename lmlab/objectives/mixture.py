@@ -95,12 +95,12 @@ class Mixture(Objective):
     def for_run(self, total_steps: int) -> Mixture:
         return Mixture([o.for_run(total_steps) for o in self.objectives], self.weights)
 
-    @property
-    def predicted_fraction(self) -> float:
-        """Each part's share of the rows times its own fraction."""
-        total = sum(self.weights)
-        return sum(w / total * o.predicted_fraction
-                   for o, w in zip(self.objectives, self.weights, strict=True))
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """Each part's share on the rows it gets: the weights as `rows_per_objective` rounds
+        them, which for small micro-batches is not the weights themselves."""
+        counts = rows_per_objective(rows, self.weights)
+        return sum(count / rows * o.predicted_fraction(count, seq_len)
+                   for o, count in zip(self.objectives, counts, strict=True))
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         counts = rows_per_objective(len(tokens), self.weights)
@@ -132,26 +132,43 @@ class Mixture(Objective):
                        details={name: tuple(v) for name, v in details.items()})
 
 
+def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
+    """The steps each of `parts` objectives trains in a run of `total_steps` that switches
+    every `every_steps`: whole turns, then the last, cut short by the run's end."""
+    turns, rest = divmod(total_steps, every_steps)
+    cycles, extra = divmod(turns, parts)
+    return [every_steps * (cycles + (part < extra)) + (rest if part == extra else 0)
+            for part in range(parts)]
+
+
 class Alternating(Objective):
     """Switch objective every `every_steps` optimiser steps (AntLM, Yu et al. 2024), e.g.
-    Alternating([CausalLM(...), MaskedLM(...)], every_steps=1000)."""
+    Alternating([CausalLM(...), MaskedLM(...)], every_steps=1000). `total_steps`, the run's
+    length once known (`for_run`), only weighs the parts' FLOPs."""
 
     name = "alternate"
 
-    def __init__(self, objectives: list[Objective], every_steps: int) -> None:
+    def __init__(self, objectives: list[Objective], every_steps: int,
+                 total_steps: int | None = None) -> None:
         if not objectives or every_steps < 1:
             raise ValueError("alternation needs objectives and every_steps >= 1")
         self.objectives, self.every_steps = objectives, every_steps
+        self.total_steps = total_steps
 
     def leaves(self) -> list[Objective]:
         return [leaf for o in self.objectives for leaf in o.leaves()]
 
     def for_run(self, total_steps: int) -> Alternating:
-        return Alternating([o.for_run(total_steps) for o in self.objectives], self.every_steps)
+        return Alternating([o.for_run(total_steps) for o in self.objectives], self.every_steps,
+                           total_steps)
 
-    @property
-    def predicted_fraction(self) -> float:
-        return sum(o.predicted_fraction for o in self.objectives) / len(self.objectives)
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """Each part's share weighted by its share of the run's steps; equal weights until
+        the run's length is known (the limit of a long run)."""
+        steps = ([1] * len(self.objectives) if self.total_steps is None
+                 else steps_per_part(self.total_steps, self.every_steps, len(self.objectives)))
+        return sum(count / sum(steps) * o.predicted_fraction(rows, seq_len)
+                   for o, count in zip(self.objectives, steps, strict=True))
 
     def index_at(self, step: int) -> int:
         return (step // self.every_steps) % len(self.objectives)

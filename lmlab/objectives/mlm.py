@@ -92,12 +92,16 @@ class MaskedLM(Objective):
 
     @property
     def traits(self) -> Traits:
-        final_rate = self.rate.end if isinstance(self.rate, LinearRate) else self.rate
         # A masked next-token model predicts each mask from the position before it.
         return Traits(attention="bidirectional", heads=(self.head,),
                       scoring="pseudo-next" if self.next_token else "pseudo",
                       fill_mask=(self.head, 1 if self.next_token else 0),
-                      predicted_fraction=final_rate, needs=("mask", "pad"))
+                      needs=("mask", "pad"))
+
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """The masking rate, for a schedule its value at the run's end; the few special tokens
+        (never selected) are not discounted."""
+        return self.rate.end if isinstance(self.rate, LinearRate) else self.rate
 
     def for_run(self, total_steps: int) -> MaskedLM:
         if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:

@@ -73,6 +73,12 @@ class MaskedLMWithNSP(Objective):
     def for_evaluation(self) -> MaskedLMWithNSP:
         return MaskedLMWithNSP(self.mlm.for_evaluation())
 
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """The masked LM's share. The NSP head (a d×d pooler and a two-way classifier at one
+        position per row) adds 6·(d² + 2d) / seq_len FLOPs per token, negligible beside a
+        block's 72·d², and is not counted."""
+        return self.mlm.predicted_fraction(rows, seq_len)
+
     def _pick_b(self, rows: list[list[Tensor]], index: int, split: int,
                 generator: torch.Generator) -> tuple[list[Tensor], int]:
         if len(rows) < 2 or torch.rand(1, generator=generator).item() < 0.5:

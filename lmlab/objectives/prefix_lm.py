@@ -49,6 +49,13 @@ class PrefixLM(Objective):
         draws = torch.rand(lengths.shape, generator=generator, dtype=torch.float64)
         return 1 + (draws * (lengths - 1).clamp(min=1)).long()
 
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """Targets start at the split: seq_len − split of seq_len positions, where a drawn
+        split (uniform over 1 … seq_len − 1) averages seq_len / 2."""
+        split = (seq_len / 2 if self.prefix_len is None
+                 else min(self.prefix_len, max(seq_len - 1, 1)))
+        return (seq_len - split) / seq_len
+
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         segments, positions = document_layout(tokens, self.special)
         pad = block_pad_id(self.special)

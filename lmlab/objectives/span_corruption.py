@@ -103,6 +103,13 @@ class SpanCorruption(Objective):
         self.special = special
         self.noise_density, self.mean_span_length = noise_density, mean_span_length
 
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """T5's target length — noise tokens, one sentinel per span and [EOS] — for the
+        longest source that fits a row, over the row's length."""
+        source_len = longest_source(seq_len, self.noise_density, self.mean_span_length)
+        noise, spans = span_counts(source_len, self.noise_density, self.mean_span_length)
+        return (noise + spans + 1) / seq_len
+
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         batch, block_len = tokens.shape
         source_len = longest_source(block_len, self.noise_density, self.mean_span_length)

@@ -30,7 +30,6 @@ class Traits:
     scoring: Scoring = "causal"
     generation: Generation = None
     fill_mask: tuple[str, int] | None = None  # (head, shift): where a [MASK] is predicted
-    predicted_fraction: float = 1.0  # positions that run the vocabulary head (FLOP counting)
     # The special tokens its batches are made with: roles of SpecialTokens, or SENTINELS for
     # at least one <extra_id_N>. Building it with a tokenizer that lacks one fails.
     needs: tuple[str, ...] = ()

@@ -19,6 +19,16 @@ def parse_count(text: str) -> int:
         raise ValueError(f"cannot read {text!r} as a token count (try 20M or chinchilla)") from None
 
 
+def format_count(count: float) -> str:
+    """20_000_000 → '20M', 1_234 → '1.23k': three significant digits, readable by
+    parse_count."""
+    rounded = float(f"{count:.3g}")  # 999_999 is 1M, not 1e+03k
+    for suffix, scale in sorted(SUFFIXES.items(), key=lambda item: -item[1]):
+        if abs(rounded) >= scale:
+            return f"{rounded / scale:.3g}{suffix.upper() if suffix != 'k' else suffix}"
+    return f"{rounded:.3g}"
+
+
 def step_budget(steps: int | None, tokens: str | None, parameters: int,
                 tokens_per_step: int) -> int | None:
     """The steps allowed by the step and token budgets, or None when neither is set."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -38,12 +39,16 @@ from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 STEP_OVERHEAD = 1.15
 
 
+def auto_family(objective: Objective) -> str:
+    """BERT for objectives that only read bidirectionally (they cannot generate), else GPT-2."""
+    return "gpt2" if objective.can_generate else "bert"
+
+
 def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
-    """The preset asked for; `auto` is a BERT for objectives that only read bidirectionally
-    (they cannot generate), else a GPT-2."""
+    """The preset asked for; `auto` is the mini size of the objective's `auto_family`."""
     name = cfg.model
     if name == "auto":
-        name = "gpt2-mini" if objective.can_generate else "bert-mini"
+        name = f"{auto_family(objective)}-mini"
     return preset(name, special.vocab_size, cfg.seq_len, **cfg.model_overrides)
 
 
@@ -128,7 +133,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
                                   env, cfg.precision),
         headline=headline_loss, out=out, state=state,
-        flops_per_token=flops_per_token(model_cfg, cfg.seq_len, objective.predicted_fraction),
+        flops_per_token=flops_per_token(model_cfg, cfg.seq_len,
+                                        objective.predicted_fraction(micro_size, cfg.seq_len)),
         peak_flops=all_ranks_peak_flops(cfg.precision, env))
     run_training(training)
     distributed.teardown()
@@ -151,26 +157,29 @@ def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
     minutes = cfg.minutes if cfg.minutes is not None else (None if steps else DEFAULT_MINUTES)
     if minutes is None:
         return steps
-    seconds = accumulation * _seconds_per_micro_batch(cfg, model, objective, special, micro_size)
-    timed = steps_in_minutes(minutes, seconds)
+    timings = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
+                           runs=2)  # the faster of two: the first pays for warming up
+    timed = steps_in_minutes(minutes, accumulation * min(timings))
     return min(steps, timed) if steps else timed
 
 
-def _seconds_per_micro_batch(cfg: TrainConfig, model: LanguageModel, objective: Objective,
-                             special: SpecialTokens, rows: int) -> float:
-    """Time one micro-batch's forward and backward as training runs them (the objective's own
-    batch and loss, so a sparse MLM head is timed as sparse); weights do not change."""
+def step_seconds(model: LanguageModel, objective: Objective, special: SpecialTokens, rows: int,
+                 seq_len: int, precision: str, runs: int) -> Iterator[float]:
+    """Time `runs` forward and backward passes of one (rows, seq_len) micro-batch of random
+    tokens as training runs them (the objective's own batch and loss, so a sparse MLM head is
+    timed as sparse); each time is scaled by STEP_OVERHEAD for the rest of a step. Weights do
+    not change."""
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(0)
     ordinary = special.ordinary_ids()
-    ids = ordinary[torch.randint(len(ordinary), (rows, cfg.seq_len), generator=generator)]
+    ids = ordinary[torch.randint(len(ordinary), (rows, seq_len), generator=generator)]
     compute_loss = forward_loss(model, objective, compile_model=False)
-    timings = []
-    for _ in range(2):
+    for _ in range(runs):
         start = time.perf_counter()
         batch = objective.make_batch(ids, generator).to(device)
-        with autocast(cfg.precision, device):
+        with autocast(precision, device):
             compute_loss(batch).mean().backward()
-        timings.append(time.perf_counter() - start)
+        if device.type == "cuda":  # kernels run asynchronously: wait for them
+            torch.cuda.synchronize(device)
+        yield (time.perf_counter() - start) * STEP_OVERHEAD
     model.zero_grad(set_to_none=True)
-    return min(timings) * STEP_OVERHEAD

@@ -32,7 +32,9 @@ GPU_PEAKS = {
 
 def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 1.0) -> float:
     """Training FLOPs per input token; `predicted_fraction` of positions run the vocabulary
-    projection (0.15 for sparse MLM)."""
+    projection, as the objective counts it (`Objective.predicted_fraction`: about 0.15 for
+    MLM, 0.19 for span corruption). Norms, softmax and the small layers of heads (BERT's
+    transform before its decoder, the NSP classifier) are left out."""
     d = cfg.d_model
     attention_width = cfg.n_heads * cfg.head_dim  # d, unless the head size is set apart
     # q and out span every head, k and v only the key/value heads: 4·d² without grouping

@@ -1,0 +1,53 @@
+"""A plan (lmlab.compare.plan) as a table for the terminal."""
+
+from __future__ import annotations
+
+from lmlab.compare.plan import USEFUL_PASSES, Budget, Candidate, Plan
+from lmlab.eval.report import text_table
+from lmlab.train.budget import format_count
+
+HEADER = ["model", "parameters", "non-embedding", "FLOPs/token", "tokens/s", "tokens",
+          "minutes", "tokens/param", "passes", "predicted loss"]
+
+
+def format_plan(plan: Plan) -> str:
+    data = plan.data or "the built-in corpus"
+    lines = [f"objective {plan.objective}, budget {_budget(plan.budget)}, seq-len "
+             f"{plan.seq_len}, batch size {plan.batch_size}, {plan.precision} on {plan.device}",
+             f"data: {data}, {plan.training_tokens:,} training tokens", ""]
+    rows = [_row(c, c.model == plan.recommended) for c in plan.candidates]
+    lines += text_table(HEADER, rows)
+    lines += ["", f"* recommended; ! more than {USEFUL_PASSES} passes over the data", ""]
+    if plan.optimum is not None:
+        best = plan.optimum
+        lines.append(f"compute-optimal for {best.flops:.3g} FLOPs under the fit: "
+                     f"{format_count(best.parameters)} parameters, {format_count(best.tokens)} "
+                     f"tokens, predicted loss {best.loss:.3f}")
+    lines.append("(the Chinchilla fit of Besiroglu et al. 2024 / Hoffmann et al. 2022: causal "
+                 "LMs of 70M-16B parameters on 5B-500B tokens of MassiveText, with its "
+                 "tokenizer; its losses compare sizes, they do not promise values)")
+    lines += [f"warning: {warning}" for warning in plan.warnings]
+    if plan.command is not None:
+        lines += ["", plan.command]
+    return "\n".join(lines)
+
+
+def _budget(budget: Budget) -> str:
+    if budget.kind == "minutes":
+        return f"{budget.amount:g} minutes"
+    if budget.kind == "flops":
+        return f"{budget.amount:.3g} FLOPs"
+    return f"{format_count(budget.amount)} tokens"
+
+
+def _row(c: Candidate, recommended: bool) -> list[str]:
+    measured = c.seconds_per_step is not None
+    return [
+        c.model + (" *" if recommended else ""), format_count(c.parameters),
+        format_count(c.non_embedding_parameters), f"{c.flops_per_token:.3g}",
+        format_count(c.tokens_per_second) if measured else "out of memory",
+        format_count(c.tokens), f"{c.minutes:.1f}" if measured else "-",
+        f"{c.tokens_per_parameter:.3g}",
+        format_count(c.passes) + ("!" if c.passes > USEFUL_PASSES else ""),
+        "-" if c.predicted_loss is None else f"{c.predicted_loss:.3f}",
+    ]

@@ -1,0 +1,155 @@
+"""lmlab plan: the Chinchilla fit against hand-computed values, the sizing table for each kind
+of budget on tiny models timed for one step, the data-repetition warning, the recommendation
+as a pretrain command lmlab's own parser reads, and one-line errors for bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lmlab
+from lmlab.cli import build_parser, main
+from lmlab.compare import plan as planning
+from lmlab.compare.plan import plan
+from lmlab.compare.plan_table import format_plan
+from lmlab.compare.scaling import CHINCHILLA
+from lmlab.data.dataset import open_dataset
+from lmlab.objectives.registry import build_objective
+from lmlab.presets import preset
+from lmlab.train.commands import config_from_args
+from lmlab.train.throughput import flops_per_token
+
+FAST = dict(seq_len=32, batch_size=4, steps_to_time=1)
+WORDS = "the a quick slow brown fox dog cat jumps runs over under lazy old river bank".split()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> str:
+    """A prepared dataset of 300 one-line documents (a few thousand training tokens)."""
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(WORDS, size=12)) + "." for _ in range(300)]
+    root = tmp_path_factory.mktemp("plan")
+    source = root / "corpus.jsonl"
+    source.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    return str(lmlab.prepare([str(source)], root / "data", vocab_size=400, sentinels=8,
+                             validation_fraction=0.2))
+
+
+def training_tokens(data: str) -> int:
+    return open_dataset(data).train.num_tokens
+
+
+def test_the_fit_by_hand():
+    # L(1e8, 2e9) = 1.8172 + 482.01 / 1e8^0.3478 + 2085.43 / 2e9^0.3658
+    #             = 1.8172 + 482.01 / 605.899 + 2085.43 / 2525.32 = 1.8172 + 0.79553 + 0.82581
+    assert CHINCHILLA.loss(1e8, 2e9) == pytest.approx(3.43854, abs=1e-5)
+    # G = (αA / βB)^(1/(α+β)) = (167.643 / 762.850)^(1/0.7136) = 0.219759^1.40135 = 0.119630
+    # N_opt(1e18) = G · (1e18 / 6)^(0.3658 / 0.7136) = 0.119630 · (1.6667e17)^0.512612 = 8.053e7
+    n_opt = CHINCHILLA.optimal_parameters(1e18)
+    assert n_opt == pytest.approx(8.0532e7, rel=1e-4)
+    d_opt = 1e18 / (6 * n_opt)  # 2.0696e9 tokens, about 26 per parameter
+    assert d_opt == pytest.approx(2.0696e9, rel=1e-4)
+    # the closed form is the minimum along C = 6·N·D, and inverts from the tokens
+    for n in (0.9 * n_opt, 1.1 * n_opt):
+        assert CHINCHILLA.loss(n, 1e18 / (6 * n)) > CHINCHILLA.loss(n_opt, d_opt)
+    assert CHINCHILLA.flops_optimal_for(d_opt) == pytest.approx(1e18, rel=1e-9)
+
+
+def test_a_token_budget_table_and_its_pretrain_command(data):
+    budget = training_tokens(data) * 3  # under four passes: no warning
+    result = plan("mlm", tokens=budget, data=data, sizes="tiny,mini", **FAST)
+    special = open_dataset(data).special
+    share = build_objective("mlm", special).predicted_fraction(4, 32)
+    assert [c.model for c in result.candidates] == ["bert-tiny", "bert-mini"]  # mlm → bert
+    for c in result.candidates:
+        assert c.flops_per_token == flops_per_token(preset(c.model, special.vocab_size, 32), 32,
+                                                    share)
+        assert 0 < c.non_embedding_parameters < c.parameters
+        assert c.tokens == budget and c.fits and c.seconds_per_step > 0
+        assert c.tokens_per_second == pytest.approx(4 * 32 / c.seconds_per_step)
+        assert c.minutes == pytest.approx(budget / c.tokens_per_second / 60)
+        assert c.tokens_per_parameter == budget / c.non_embedding_parameters
+        assert c.passes == pytest.approx(3)
+        assert c.predicted_loss == CHINCHILLA.loss(c.parameters, budget)
+    # the budget's compute is where its tokens are compute-optimal
+    assert result.optimum.tokens == pytest.approx(budget)
+    closest = min(result.candidates,
+                  key=lambda c: abs(math.log(c.parameters / result.optimum.parameters)))
+    assert result.recommended == closest.model and result.warnings == []
+    words = result.command.split()
+    assert words[:2] == ["lmlab", "pretrain"]
+    config = config_from_args(build_parser().parse_args(words[1:]))
+    assert (config.objective, config.model, config.tokens, config.seq_len, config.batch_size,
+            config.data) == ("mlm", closest.model, str(budget), 32, 4, data)
+    table = format_plan(result)
+    assert "bert-mini" in table and f"{closest.model} *" in table and result.command in table
+    assert "warning" not in table
+
+
+def test_more_than_four_passes_warns_in_the_table_and_the_json(data, tmp_path, capsys):
+    special = open_dataset(data).special
+    share = build_objective("clm", special).predicted_fraction(4, 32)
+    per_token = flops_per_token(preset("gpt2-tiny", special.vocab_size, 32), 32, share)
+    flops = 5 * training_tokens(data) * per_token  # five passes for gpt2-tiny
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--objective", "clm", "--flops", f"{flops!r}", "--data", data,
+                 "--sizes", "tiny", "--seq-len", "32", "--batch-size", "4",
+                 "--steps-to-time", "1", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    (row,) = saved["candidates"]
+    assert row["model"] == "gpt2-tiny" and row["tokens"] == int(flops / per_token)
+    assert row["passes"] == pytest.approx(5, rel=1e-3)
+    assert saved["budget"] == {"kind": "flops", "amount": flops}
+    assert saved["fit"]["E"] == 1.8172
+    (warning,) = saved["warnings"]
+    assert "5.0 passes" in warning and "Muennighoff et al. 2023" in warning
+    shown = capsys.readouterr().out
+    assert "5!" in shown and f"warning: {warning}" in shown and saved["command"] in shown
+
+
+def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch):
+    timed = planning.step_seconds
+
+    def step_seconds(model, *args, **kwargs):
+        if model.num_parameters() > 10**6:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        yield from timed(model, *args, **kwargs)
+
+    monkeypatch.setattr(planning, "step_seconds", step_seconds)
+    result = plan("clm", minutes=0.1, data=data, sizes=["tiny", "mini"], **FAST)
+    tiny, mini = result.candidates
+    assert tiny.fits and tiny.tokens % (4 * 32) == 0 and tiny.tokens > 0
+    assert (mini.seconds_per_step, mini.tokens, mini.fits, mini.predicted_loss) == \
+        (None, 0, False, None)
+    assert result.optimum.flops == tiny.tokens * tiny.flops_per_token
+    assert result.recommended == "gpt2-tiny"
+    assert result.warnings == ["gpt2-mini: out of memory at --batch-size 4 and --seq-len 32"]
+    assert "out of memory" in format_plan(result)
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (dict(tokens="1M", minutes=1), "give exactly one budget (--minutes, --flops or --tokens), "
+                                   "got --minutes and --tokens"),
+    (dict(), "give exactly one budget"),
+    (dict(tokens="chinchilla"), "a plan needs --tokens as a count such as 20M"),
+    (dict(flops="lots"), "--flops 'lots' is not a number"),
+    (dict(minutes=-1), "--minutes must be positive"),
+    (dict(tokens="1M", sizes="tiny,huge"), "unknown size 'huge'; choose from tiny, mini"),
+    (dict(tokens="1M", family="t5"), "unknown family 't5'; choose from auto, bert"),
+    (dict(tokens="1M", objective="bert"), "unknown objective 'bert'"),
+    (dict(tokens="1M", steps_to_time=0), "steps_to_time must be at least 1"),
+    (dict(tokens="1M", seq_len=0), "seq_len must be at least 1"),
+])
+def test_bad_input_is_one_line(data, arguments, message):
+    with pytest.raises(ValueError) as error:
+        plan(**{"data": data, **arguments})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_directory_that_is_not_a_prepared_dataset(tmp_path, capsys):
+    assert main(["plan", "--tokens", "1M", "--data", str(tmp_path)]) == 1
+    error = capsys.readouterr().err
+    assert error == f"lmlab: error: {tmp_path} is not a complete prepared dataset (no " \
+                    "meta.json)\n"
