@@ -46,7 +46,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """A staging directory beside `path`, renamed to `path` (replacing what was there) when the
     block ends; on an error it is removed and `path` is untouched."""
-    path = Path(path)
+    path = Path(path).resolve()  # a link to the directory: replace what it points to
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
@@ -62,3 +62,12 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def check_replaceable(path: Path, ours: bool, kind: str) -> None:
+    """Refuse to let `atomic_directory` replace `path` unless it is new, empty, or (`ours`)
+    an earlier output of the same `kind`: a directory of the user's is never overwritten."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not ours:
+        raise ValueError(f"{path} holds files that are not {kind}; choose another --out")

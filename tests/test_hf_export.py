@@ -156,6 +156,7 @@ def test_grouped_query_llama_with_untied_embeddings_round_trips(tmp_path):
      "no gpt2 class"),
     (lambda path: pretrained_run(path, "modern", "prefix"), "left to right only"),
     (lambda path: pretrained_run(path, "bert", "mntp"), "pre-train with mlm"),
+    (lambda path: pretrained_run(path, "bert", "mlm", tie_embeddings=False), "always tie"),
     (lambda path: finetuned_run(path, "classify", ["a", "b"], pooling="mean"), "--pooling cls"),
     (lambda path: finetuned_run(path, "ner", ["O", "B"], attention="causal"),
      "--attention bidirectional"),
@@ -173,6 +174,9 @@ def test_cli_exports_and_refuses_a_directory_holding_other_files(tmp_path, capsy
     assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
     assert "BertForMaskedLM" in capsys.readouterr().out
     assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0  # replaces its own
+    (tmp_path / "link").symlink_to(tmp_path / "hf")
+    assert main(["export", str(run), "--out", str(tmp_path / "link")]) == 0
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "link" / "config.json").is_file()
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")

@@ -138,7 +138,14 @@ def test_bert_checkpoints_with_and_without_heads_import(tmp_path, class_name, he
         with pytest.raises(ValueError, match="without its masked-LM head"):
             fill_mask(run, "A [MASK] .")
     if class_name == "BertForPreTraining":
-        hf_model = hf_model.bert  # compare hidden states; the heads follow from them
+        ids, attention_mask = sample(run)
+        with torch.no_grad():
+            ours = run.model(ids, MaskSpec("bidirectional", segment_ids=attention_mask))
+            theirs = hf_model(input_ids=ids, attention_mask=attention_mask)
+        real = attention_mask.bool()
+        assert float((ours["mlm"][real] - theirs.prediction_logits[real]).abs().max()) <= TOLERANCE
+        assert float((ours["nsp"] - theirs.seq_relationship_logits).abs().max()) <= TOLERANCE
+        return
     assert_same_logits(run, hf_model, "mlm" if class_name == "BertForMaskedLM" else "hidden",
                        causal=False)
 
@@ -247,6 +254,32 @@ def test_weights_that_do_not_fit_the_config_name_the_tensor_and_shapes(tmp_path,
     assert "(64, 32)" in error and "(48, 32)" in error
 
 
+def test_a_config_that_is_no_object_or_has_wrong_types_is_refused(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    write_config(tmp_path / "hf", hidden_size="32")
+    assert "config.json does not describe" in refused(tmp_path, capsys)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps([config]))
+    assert "expected a JSON object" in refused(tmp_path, capsys)
+
+
+def test_corrupt_or_escaping_weight_files_are_refused(tmp_path, capsys):
+    saved_bert(tmp_path / "hf")
+    weights = tmp_path / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert "not a readable safetensors file" in refused(tmp_path, capsys)
+    weights.unlink()
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"bert.embeddings.word_embeddings.weight": "../outside.safetensors"}}))
+    assert "is not a file name in the directory" in refused(tmp_path, capsys)
+
+
+def test_a_missing_gguf_file_is_named(tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "model.gguf"), "--out", str(tmp_path / "run")]) == 1
+    assert "no such GGUF file" in capsys.readouterr().err
+
+
 def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path, capsys):
     saved_bert(tmp_path / "hf")
     write_config(tmp_path / "hf", vocab_size=50)
@@ -259,7 +292,7 @@ def test_an_output_directory_holding_other_files_is_refused(tmp_path, capsys):
     (tmp_path / "run" / "notes.txt").write_text("mine")
     capsys.readouterr()
     code = main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run")])
-    assert code == 1 and "already holds files" in capsys.readouterr().err
+    assert code == 1 and "not an imported run" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["notes.txt"]
 
 

@@ -41,24 +41,47 @@ class HFModel:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object from `path`; anything else is refused in one line."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise HFImportError(f"{path}: unreadable JSON ({error})") from None
+    if not isinstance(found, dict):
+        raise HFImportError(f"{path}: expected a JSON object, found {type(found).__name__}")
+    return found
+
+
+def _safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(path)
+    except Exception as error:  # safetensors raises its own SafetensorError, not an OSError
+        raise HFImportError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files an index names, each a plain file name beside it (never a path that
+    would reach outside the model directory)."""
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFImportError(f"{index}: no weight_map of tensor names to shard files")
+    names = sorted(set(weight_map.values()))
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name:
+            raise HFImportError(f"{index}: shard {name!r} is not a file name in the directory")
+    return names
 
 
 def read_weights(directory: Path, allow_pickle: bool) -> dict[str, Tensor]:
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(single)
+        return _safetensors(single)
     if index.is_file():
-        shards = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        shards = _shard_names(index)
         missing = [name for name in shards if not (directory / name).is_file()]
-        if not shards or missing:
-            raise HFImportError(f"{index} names shards that are not there: "
-                               f"{', '.join(missing) or 'none listed'}")
+        if missing:
+            raise HFImportError(f"{index} names shards that are not there: {', '.join(missing)}")
         return {key: tensor for name in shards for key, tensor in
-                load_file(directory / name).items()}
+                _safetensors(directory / name).items()}
     pickled = directory / "pytorch_model.bin"
     if pickled.is_file():
         if not allow_pickle:
@@ -66,10 +89,13 @@ def read_weights(directory: Path, allow_pickle: bool) -> dict[str, Tensor]:
                                "it to safetensors, or pass --allow-pickle to read its tensors "
                                "only (torch.load with weights_only=True)")
         try:
-            return torch.load(pickled, weights_only=True, map_location="cpu")
+            state = torch.load(pickled, weights_only=True, map_location="cpu")
         except Exception as error:  # torch raises UnpicklingError and friends
             reason = str(error).splitlines()[0]
             raise HFImportError(f"{pickled}: not a plain tensor checkpoint ({reason})") from None
+        if not isinstance(state, dict) or not all(isinstance(t, Tensor) for t in state.values()):
+            raise HFImportError(f"{pickled}: not a state dict of tensors")
+        return state
     raise HFImportError(f"{directory} has no weights (model.safetensors, its shards, or "
                        "pytorch_model.bin)")
 
@@ -77,7 +103,7 @@ def read_weights(directory: Path, allow_pickle: bool) -> dict[str, Tensor]:
 def _token_content(value) -> str | None:
     """A special token as tokenizer configs write it: a string, or {"content": ...}."""
     if isinstance(value, dict):
-        return value.get("content")
+        value = value.get("content")
     return value if isinstance(value, str) else None
 
 
@@ -93,7 +119,7 @@ def special_roles(directory: Path, tokenizer: Tokenizer, config: dict) -> dict[s
              for role, hf_name in HF_ROLE_NAMES.items()}
     for role in ("pad", "bos", "eos"):
         token_id = config.get(f"{role}_token_id")
-        if roles[role] is None and isinstance(token_id, int):
+        if roles[role] is None and isinstance(token_id, int) and 0 <= token_id < 2**31:
             roles[role] = tokenizer.id_to_token(token_id)
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     # A role naming a token the vocabulary lacks cannot be used; treat it as absent.
@@ -135,14 +161,17 @@ def read_gguf(path: Path) -> HFModel:
     except ImportError as error:
         raise HFImportError(f"reading {path.name} needs transformers and gguf "
                            f"(pip install transformers gguf): {error}") from None
+    if not path.is_file():
+        raise HFImportError(f"{path}: no such GGUF file")
     directory, name = str(path.parent), path.name
     try:
         config = transformers.AutoConfig.from_pretrained(directory, gguf_file=name)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             directory, gguf_file=name, dtype=torch.float32)
         fast = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    except (OSError, ValueError, KeyError) as error:
-        raise HFImportError(f"{path}: transformers cannot read this GGUF file ({error})") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise HFImportError(f"{path}: transformers cannot read this GGUF file ({reason})") from None
     tokenizer = without_padding_or_truncation(fast.backend_tokenizer)
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     roles = {role: (token if (token := getattr(fast, hf_name, None)) in vocabulary else None)

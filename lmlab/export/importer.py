@@ -19,11 +19,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lmlab.atomic import atomic_directory
+from lmlab.atomic import atomic_directory, check_replaceable
 from lmlab.config import ModelConfig
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.hf import HF_FAMILIES, config_from_hf, from_hf_state_dict, to_hf_state_dict
 from lmlab.export.hf_files import HFImportError, HFModel, read_gguf, read_hf_directory
 from lmlab.model import LanguageModel
+from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
 
@@ -97,8 +99,9 @@ def convert(hf: HFModel) -> tuple[str, LanguageModel, str, list[str]]:
     """(family, model with the HF weights, objective spec, HF keys left out)."""
     try:
         family, cfg = config_from_hf(hf.config)
-    except ValueError as error:
-        raise HFImportError(f"{hf.source}: {error}") from None
+    except (ValueError, TypeError, AttributeError) as error:  # values of the wrong type too
+        raise HFImportError(f"{hf.source}: config.json does not describe a model lmlab "
+                            f"builds ({error})") from None
     _check_vocabulary(hf, cfg)
     state = normalised_keys(hf.state, family)
     heads = heads_in(state, family, cfg)
@@ -112,23 +115,30 @@ def convert(hf: HFModel) -> tuple[str, LanguageModel, str, list[str]]:
     # BERT was pre-trained with MLM + NSP on `[CLS] A [SEP] B [SEP]`, and reads text framed so
     # whichever of its heads the checkpoint kept.
     objective = hf.objective or ("mlm+nsp" if family == "bert" else "clm")
+    _check_objective(hf, objective)
     return family, model, objective, left_out
 
 
-def check_out_dir(out: Path) -> None:
-    """`out` may be new, empty, or an earlier import; anything else is refused."""
-    if out.exists() and not out.is_dir():
-        raise HFImportError(f"{out} exists and is not a directory")
-    earlier = out / CONFIG
-    if out.is_dir() and any(out.iterdir()) and not (
-            earlier.is_file() and "imported" in json.loads(earlier.read_text())):
-        raise HFImportError(f"{out} already holds files; choose a new --out for the imported run")
+def _check_objective(hf: HFModel, objective: str) -> None:
+    """The run's objective must build with the tokenizer's special tokens, or the run would
+    be written and then refused by every command that loads it."""
+    try:
+        build_objective(objective, special_tokens_of(hf.tokenizer, hf.source, hf.roles))
+    except ValueError as error:
+        raise HFImportError(f"{hf.source}: {error}") from None
+
+
+def _earlier_import(out: Path) -> bool:
+    try:
+        return "imported" in json.loads((out / CONFIG).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -> Imported:
     """Write the HF model at `source` (a directory, or a .gguf file) as the run `out`."""
     source, out = Path(source), Path(out)
-    check_out_dir(out)
+    check_replaceable(out, _earlier_import(out), "an imported run")
     hf = read_gguf(source) if source.suffix == ".gguf" else read_hf_directory(source,
                                                                             allow_pickle)
     family, model, objective, left_out = convert(hf)

@@ -23,25 +23,24 @@ class Target:
     architecture: str  # the transformers class, e.g. "BertForMaskedLM"
     heads: tuple[str, ...]  # the lmlab heads it carries, sorted; none for a bare backbone
     config: dict = field(default_factory=dict)  # what the class adds to config.json
-    pipeline: str | None = None  # the transformers pipeline task it serves, if any
 
     @property
     def causal(self) -> bool:
         return self.family != "bert"
 
 
-# (family, heads) → (class, pipeline). Heads are sorted so the key ignores their order.
-CLASSES: dict[tuple[str, tuple[str, ...]], tuple[str, str | None]] = {
-    ("bert", ()): ("BertModel", "feature-extraction"),
-    ("bert", ("mlm",)): ("BertForMaskedLM", "fill-mask"),
-    ("bert", ("mlm", "nsp")): ("BertForPreTraining", None),
-    ("bert", ("classify",)): ("BertForSequenceClassification", "text-classification"),
-    ("bert", ("tag",)): ("BertForTokenClassification", "token-classification"),
-    ("bert", ("span",)): ("BertForQuestionAnswering", "question-answering"),
-    ("gpt2", ()): ("GPT2Model", "feature-extraction"),
-    ("gpt2", ("lm",)): ("GPT2LMHeadModel", "text-generation"),
-    ("modern", ()): ("LlamaModel", "feature-extraction"),
-    ("modern", ("lm",)): ("LlamaForCausalLM", "text-generation"),
+# (family, heads) → class. Heads are sorted so the key ignores their order.
+CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
+    ("bert", ()): "BertModel",
+    ("bert", ("mlm",)): "BertForMaskedLM",
+    ("bert", ("mlm", "nsp")): "BertForPreTraining",
+    ("bert", ("classify",)): "BertForSequenceClassification",
+    ("bert", ("tag",)): "BertForTokenClassification",
+    ("bert", ("span",)): "BertForQuestionAnswering",
+    ("gpt2", ()): "GPT2Model",
+    ("gpt2", ("lm",)): "GPT2LMHeadModel",
+    ("modern", ()): "LlamaModel",
+    ("modern", ("lm",)): "LlamaForCausalLM",
 }
 
 
@@ -52,12 +51,14 @@ def export_target(run: Run) -> Target:
     except ValueError as error:
         raise ExportError(f"{error}; export needs a run built from a bert, gpt2 or modern "
                           "preset") from None
+    if family == "bert" and not run.model.cfg.tie_embeddings:
+        raise ExportError("the run's MLM decoder is not tied to its embeddings; HF's BERT "
+                          "classes always tie them (pre-train with tied embeddings to export)")
     _check_reading(run, family)
     heads = tuple(sorted(run.model.heads))
     if (family, heads) not in CLASSES:
         raise ExportError(_no_class(family, heads))
-    architecture, pipeline = CLASSES[family, heads]
-    return Target(family, architecture, heads, _task_config(run), pipeline)
+    return Target(family, CLASSES[family, heads], heads, _task_config(run))
 
 
 def _no_class(family: str, heads: tuple[str, ...]) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from lmlab.atomic import atomic_directory
+from lmlab.atomic import atomic_directory, check_replaceable
 from lmlab.export.hf import HF_FAMILIES, hf_config_dict, to_hf_state_dict
 from lmlab.export.hf_files import EXPORT_RECORD
 from lmlab.export.targets import ExportError, Target, export_target
@@ -35,15 +35,6 @@ class Exported:
     out: Path
     target: Target
     max_difference: float | None  # None: not checked (--no-check, or no transformers)
-
-
-def check_out_dir(out: Path) -> None:
-    """`out` may be new, empty, or an earlier export; anything else is refused."""
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_RECORD).is_file():
-        raise ExportError(f"{out} holds files that are not an lmlab export; choose another "
-                          "--out")
 
 
 def _special_ids(run: Run) -> dict:
@@ -78,7 +69,7 @@ def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
     with `check`, load it back with transformers (when installed) and compare outputs."""
     out = Path(out)
     target = export_target(run)
-    check_out_dir(out)
+    check_replaceable(out, (out / EXPORT_RECORD).is_file(), "an lmlab export")
     tokenizer = run.require_tokenizer()
     difference = None
     with atomic_directory(out) as staging:
@@ -96,7 +87,7 @@ def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
             from lmlab.export.check import max_difference
 
             difference = max_difference(run, target, staging)
-            if difference > CHECK_TOLERANCE:
+            if not difference <= CHECK_TOLERANCE:  # NaN fails too
                 raise ExportError(f"the exported model's outputs differ from the run's by "
                                   f"{difference:.2e} (more than {CHECK_TOLERANCE:g}); nothing "
                                   "was written")

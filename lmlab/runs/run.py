@@ -25,7 +25,13 @@ from lmlab.model.heads import Head, make_head
 from lmlab.objectives.base import Objective, SpecialTokens
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
-from lmlab.runs.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, read_state
+from lmlab.runs.checkpoints import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    read_state,
+    verify_checkpoint,
+)
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
 
 
@@ -91,7 +97,12 @@ def pick_checkpoint(run: Path, which: str) -> Path:
 
 def _best_name(last: Path) -> str:
     """The best checkpoint's name, as the last checkpoint's loop state recorded it."""
-    return read_state(last).get("loop", {}).get("best_checkpoint", "")
+    try:
+        state = read_state(last)
+    except Exception:  # an unreadable state file: the checksums say which file and why
+        verify_checkpoint(last)
+        raise
+    return state.get("loop", {}).get("best_checkpoint", "")
 
 
 def usable_device(device: str | torch.device) -> torch.device:
