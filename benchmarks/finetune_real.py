@@ -84,6 +84,11 @@ def main() -> None:
     parser.add_argument("--train-rows", type=int, default=8000)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--only", nargs="*", help="task names to run (default: all)")
+    parser.add_argument("--objectives", nargs="*", choices=list(OBJECTIVES),
+                        default=list(OBJECTIVES), help="which pre-trained runs to fine-tune")
+    parser.add_argument("--run", action="append", default=[], metavar="NAME=RUN",
+                        help="also fine-tune this run as it is, e.g. an imported encoder "
+                             "(minilm=runs/minilm)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     dataset = args.work / "corpora"
@@ -95,21 +100,25 @@ def main() -> None:
               ["--minutes", args.pretrain_minutes])
     results = {"pretrain_budget": " ".join(map(str, budget)), "train_rows": args.train_rows,
                "epochs": args.epochs, "runs": {}}
-    for objective, model in OBJECTIVES.items():
-        run = args.work / objective
+    if RESULTS.is_file():  # keep what earlier invocations measured, and do not redo it
+        results["runs"] = json.loads(RESULTS.read_text()).get("runs", {})
+    runs = dict(named.split("=", 1) for named in args.run)
+    for objective in args.objectives:
+        run = runs[objective] = args.work / objective
         if not (run / "checkpoints").is_dir():
-            lmlab("pretrain", "--objective", objective, "--model", model, "--data", dataset,
-                  *budget, "--seq-len", 128, "--out", run)
-        for name, options in tasks(args.shared, args.work, args.train_rows).items():
-            if args.only and name not in args.only:
+            lmlab("pretrain", "--objective", objective, "--model", OBJECTIVES[objective],
+                  "--data", dataset, *budget, "--seq-len", 128, "--out", run)
+    for name, run in runs.items():
+        for task, options in tasks(args.shared, args.work, args.train_rows).items():
+            if (args.only and task not in args.only) or f"{name}/{task}" in results["runs"]:
                 continue
-            out = args.work / f"{objective}-{name}"
+            out = args.work / f"{name}-{task}"
             start = time.perf_counter()
             lmlab("finetune", run, *options, "--epochs", args.epochs, "--out", out,
                   "--overwrite", "--lr", "1e-4", "--batch-size", 32)
             found = json.loads((out / "results.json").read_text())
             found["seconds"] = round(time.perf_counter() - start, 1)
-            results["runs"][f"{objective}/{name}"] = found
+            results["runs"][f"{name}/{task}"] = found
             RESULTS.write_text(json.dumps(results, indent=2))
     print(json.dumps({k: v.get("test") for k, v in results["runs"].items()}, indent=2))
 
