@@ -42,8 +42,10 @@ def auto_loaded(directory, architecture: str):
 
 
 def assert_same_as_run(run, exported) -> None:
-    """The Auto-loaded model's outputs equal the run's, compared here, not by export's own
-    check."""
+    """The model the Auto class loads (not the named class export's check loads) gives the
+    run's outputs on other inputs. The outputs are laid out by check.py's own helpers, so a
+    slip in that layout would hide from both; the pipeline and fine-tuned-label tests below
+    do not go through them."""
     from lmlab.export.check import hf_outputs
 
     model = auto_loaded(exported.out, exported.target.architecture)
