@@ -125,7 +125,9 @@ def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch)
         (None, 0, False, None)
     assert result.optimum.flops == tiny.tokens * tiny.flops_per_token
     assert result.recommended == "gpt2-tiny"
-    assert result.warnings == ["gpt2-mini: out of memory at --batch-size 4 and --seq-len 32"]
+    # a fast machine may also warn that tiny repeats the few thousand tokens; only mini is OOM
+    assert [w for w in result.warnings if "out of memory" in w] == \
+        ["gpt2-mini: out of memory at --batch-size 4 and --seq-len 32"]
     assert "out of memory" in format_plan(result)
 
 
