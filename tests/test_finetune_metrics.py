@@ -1,6 +1,7 @@
 """Fine-tuning metrics against hand-computed values: accuracy, macro F1 and Matthews
 correlation; Pearson and Spearman; SQuAD normalisation, exact match and token F1 (v2's
-unanswerable questions too); strict IOB2 entity spans and exact-span entity F1."""
+unanswerable questions too); strict IOB2 entity spans and exact-span entity F1; and the
+per-example values paired comparisons resample, which average to each metric."""
 
 import math
 
@@ -10,9 +11,12 @@ import pytest
 from lmlab.finetune.metrics import (
     classification_metrics,
     confusion_matrix,
+    entity_f1_items,
     entity_metrics,
     entity_spans,
+    linearized_ratio,
     normalize_answer,
+    pearson_items,
     regression_metrics,
     squad_exact_match,
     squad_f1,
@@ -261,3 +265,35 @@ def test_entity_metrics_rejects_mismatched_sentences_and_bad_tags():
         entity_metrics([["O"], ["O"]], [["O"]])
     with pytest.raises(ValueError, match="'MISC'"):
         entity_metrics([["O", "MISC"]], [["O", "O"]])
+
+
+# --- per-example scores for paired comparisons --------------------------------------------
+
+
+def test_per_example_scores_average_to_the_metric():
+    rng = np.random.default_rng(0)
+    gold = rng.normal(size=200)
+    predicted = gold + rng.normal(scale=0.8, size=200)
+    assert pearson_items(gold, predicted).mean() == pytest.approx(
+        regression_metrics(gold, predicted)["pearson"], abs=1e-12)
+    gold_tags = [["B-PER", "I-PER", "O"], ["O", "B-LOC"], ["B-ORG", "O", "B-PER"], ["O"]]
+    predicted_tags = [["B-PER", "I-PER", "O"], ["B-LOC", "O"], ["B-ORG", "O", "O"], ["B-X"]]
+    items = entity_f1_items(gold_tags, predicted_tags)
+    assert len(items) == 4
+    assert items.mean() == pytest.approx(entity_metrics(gold_tags, predicted_tags)["f1"])
+    # by hand: correct 2 (PER, ORG) of gold 4 and predicted 4 → F1 = 2·2 / 8 = 0.5
+    assert items.mean() == pytest.approx(0.5)
+    assert linearized_ratio([0, 0], [0, 0]).tolist() == [0.0, 0.0]
+    assert pearson_items([1, 1, 1], [1, 2, 3]).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_linearised_values_carry_the_ratios_sampling_variance():
+    # the spread of the linearised values matches a bootstrap of the ratio itself
+    rng = np.random.default_rng(1)
+    numerators = rng.poisson(3, size=400).astype(float)
+    denominators = numerators + rng.poisson(4, size=400)
+    items = linearized_ratio(numerators, denominators)
+    assert items.mean() == pytest.approx(numerators.sum() / denominators.sum())
+    draws = rng.integers(0, 400, size=(4000, 400))
+    bootstrap = numerators[draws].sum(axis=1) / denominators[draws].sum(axis=1)
+    assert items.std() / np.sqrt(400) == pytest.approx(bootstrap.std(), rel=0.1)

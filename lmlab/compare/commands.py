@@ -1,4 +1,5 @@
-"""`lmlab plan`: size a pre-training run for a budget before spending it."""
+"""`lmlab plan`: size a pre-training run for a budget before spending it; `lmlab compare`:
+which objective is better, on which measure, by how much and how surely."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lmlab.command_line import add_command, add_config_options
+from lmlab.compare.design import MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.presets import FAMILIES, SIZES
 from lmlab.train.config import TrainConfig, field_specs, parse_value
@@ -16,6 +18,11 @@ TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")
 
 
 def add_compare_commands(commands: argparse._SubParsersAction) -> None:
+    _add_plan_command(commands)
+    add_compare_command(commands)
+
+
+def _add_plan_command(commands: argparse._SubParsersAction) -> None:
     fit = ", ".join(f"{name}={value}" for name, value in asdict(CHINCHILLA).items())
     parser = add_command(
         commands, "plan", help="choose a model size for a pre-training budget",
@@ -42,6 +49,68 @@ def add_compare_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps-to-time", type=int, default=3,
                         help="timed training steps per size, after one warm-up step")
     parser.add_argument("--out", type=Path, help="also write the plan here as JSON")
+
+
+def add_compare_command(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        commands, "compare", help="compare pre-training objectives on your data",
+        handler=compare_command,
+        description="Pre-train every objective on the same backbone, tokenizer, data order, "
+                    "context and batch, under an equal budget (training FLOPs by default), for "
+                    "several seeds and budget fractions; score each run on held-out bits per "
+                    "byte (pseudo bits per byte for masked and span models, never ranked "
+                    "against a true likelihood), minimal pairs and fine-tuning probes; and "
+                    "judge every pair of objectives with a paired hierarchical bootstrap and "
+                    "Holm's correction. Sub-runs are ordinary runs under OUT/runs; the same "
+                    "command again reuses every finished one. Writes OUT/report.html, PNGs and "
+                    "OUT/comparison.json.")
+    parser.add_argument("--objectives", required=True,
+                        help="comma-separated objective specs, e.g. mlm,clm,mix:clm=1,mlm=15 "
+                             "(give a mixture's weights, so its parts read as one spec)")
+    parser.add_argument("--budget", required=True,
+                        help="per run at the full budget, in the unit of --match: FLOPs "
+                             "(1e15), tokens (20M), steps or minutes")
+    parser.add_argument("--match", default="flops", choices=MATCHES,
+                        help="what is held equal between objectives")
+    parser.add_argument("--data", help="a prepared dataset (default: the built-in corpus)")
+    parser.add_argument("--fractions", default="1/4,1/2,1",
+                        help="budget fractions to run, each a run of its own")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="pre-training seeds per objective, paired across objectives")
+    parser.add_argument("--model", default="modern-mini",
+                        help="the one preset every objective trains (family-size)")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
+    parser.add_argument("--batch-size", type=int, default=32, help="rows per step")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    parser.add_argument("--probe", action="append", default=[], dest="probes",
+                        metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
+                        help="a fine-tuning probe (task: classify, pairs, regress, qa, ner); "
+                             "repeat for several")
+    parser.add_argument("--probe-seeds", type=int, default=1,
+                        help="fine-tuning seeds per probe and pre-trained run")
+    parser.add_argument("--probe-epochs", type=float, default=3.0)
+    parser.add_argument("--probe-lr", type=float,
+                        help="fine-tuning learning rate (default: lmlab finetune's)")
+    parser.add_argument("--pairs", nargs="+", default=[], metavar="PATH",
+                        help="minimal-pair (BLiMP-format .jsonl) files or directories")
+    parser.add_argument("--eval-tokens", type=int, default=100_000,
+                        help="held-out tokens scored for bits per byte")
+    parser.add_argument("--out", default="runs/compare", help="the comparison directory")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="sub-runs trained side by side, each in its own process")
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from lmlab.compare.design import CompareConfig
+    from lmlab.compare.lab import compare
+
+    options = {name: getattr(args, name) for name in (
+        "data", "match", "fractions", "seeds", "model", "seq_len", "batch_size", "lr",
+        "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
+        "eval_tokens", "out", "workers")}
+    compare(CompareConfig.of(args.objectives, budget=args.budget, **options))
+    return 0
 
 
 def plan_command(args: argparse.Namespace) -> int:

@@ -140,15 +140,19 @@ def verdicts(differences: Mapping[str, Difference], names: tuple[str, str] = ("A
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1); got {alpha}")
     adjusted = holm([d.p_value for d in differences.values()])
-    return [Verdict(measure, d, p, _says(d, p, names, alpha))
+    return [verdict(measure, d, p, names, alpha)
             for (measure, d), p in zip(differences.items(), adjusted, strict=True)]
 
 
-def _says(difference: Difference, adjusted_p: float, names: tuple[str, str],
-          alpha: float) -> str:
-    if adjusted_p >= alpha or difference.low <= 0 <= difference.high:
-        return NO_DIFFERENCE
-    return f"{names[0] if difference.estimate > 0 else names[1]} better"
+def verdict(measure: str, difference: Difference, adjusted_p: float,
+            names: tuple[str, str] = ("A", "B"), alpha: float = 0.05) -> Verdict:
+    """The verdict on one difference whose p-value was already adjusted (see `verdicts`)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1); got {alpha}")
+    says = NO_DIFFERENCE
+    if adjusted_p < alpha and not difference.low <= 0 <= difference.high:
+        says = f"{names[0] if difference.estimate > 0 else names[1]} better"
+    return Verdict(measure, difference, adjusted_p, says)
 
 
 def _oriented_difference(a: np.ndarray, b: np.ndarray, higher_is_better: bool) -> np.ndarray:

@@ -170,3 +170,46 @@ def entity_metrics(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
                           "support": len(gold_of_kind)}
     return {**_span_scores(gold_entities, predicted_entities),
             "token_accuracy": _ratio(matching_tags, total_tags), "per_type": per_type}
+
+
+# --- per-example scores ---------------------------------------------------------------------
+# A paired comparison of two models resamples test examples, so it needs each metric as a mean
+# over examples. Accuracy and SQuAD F1 are such means already; a ratio (entity F1) or a
+# correlation (Pearson) is not, and is replaced by its linearisation: per-example values whose
+# mean is exactly the metric and whose spread is the metric's delta-method variance (the
+# influence function, Hampel 1974; for ratio estimators, Cochran 1977 §6.3).
+
+
+def linearized_ratio(numerators: Sequence[float], denominators: Sequence[float],
+                     ) -> np.ndarray:
+    """Per-example values of R = Σ numerators / Σ denominators: R + (n_i - R·d_i) / mean(d)."""
+    n, d = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
+    if not d.sum():
+        return np.zeros_like(n)
+    ratio = n.sum() / d.sum()
+    return ratio + (n - ratio * d) / d.mean()
+
+
+def pearson_items(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
+    """Per-example values of Pearson's r: r + z_x·z_y - r·(z_x² + z_y²)/2 (the influence
+    function of the correlation, Devlin, Gnanadesikan & Kettenring 1975); all 0 where r is."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    r = _pearson(x, y)
+    if r == 0.0 and (x.size == 0 or np.ptp(x) == 0 or np.ptp(y) == 0):
+        return np.zeros_like(x)
+    zx, zy = (x - x.mean()) / x.std(), (y - y.mean()) / y.std()
+    return r + zx * zy - r * (zx**2 + zy**2) / 2
+
+
+def entity_f1_items(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
+                    ) -> np.ndarray:
+    """Per-sentence values of micro entity F1 = 2·correct / (gold + predicted entities)."""
+    _check_lengths(gold, predicted)
+    counts = []
+    for gold_tags, predicted_tags in zip(gold, predicted, strict=True):
+        gold_spans, predicted_spans = set(entity_spans(gold_tags)), set(entity_spans(
+            predicted_tags))
+        counts.append((2 * len(gold_spans & predicted_spans),
+                       len(gold_spans) + len(predicted_spans)))
+    numerators, denominators = zip(*counts, strict=True) if counts else ((), ())
+    return linearized_ratio(numerators, denominators)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lmlab.atomic import atomic_write
 from lmlab.finetune.encoding import Encoder, Words, first_pieces
-from lmlab.finetune.metrics import entity_metrics, entity_spans
+from lmlab.finetune.metrics import entity_f1_items, entity_metrics, entity_spans
 from lmlab.finetune.readers import TaggedSentence, check_tags_known, label_names, read_conll
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.model.linear_cross_entropy import IGNORE_INDEX
@@ -127,6 +127,10 @@ class NERTask(Task):
         for kind, scores in per_type.items():
             found[f"f1_{kind}"] = scores["f1"]
         return found
+
+    def item_scores(self, examples, predictions) -> list[float]:
+        return entity_f1_items([example.tags for example in examples],
+                               [prediction.tags for prediction in predictions]).tolist()
 
     def report(self, out: Path, split: str, examples, predictions) -> None:
         write_conll(out / f"predictions-{split}.conll", examples, predictions)

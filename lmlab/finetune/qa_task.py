@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from lmlab.data.errors import DataError
 from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.metrics import squad_metrics
+from lmlab.finetune.metrics import squad_f1, squad_metrics
 from lmlab.finetune.qa import Answer, QuestionTooLong, best_answer, label_window, make_windows
 from lmlab.finetune.readers import QAExample, read_squad
 from lmlab.finetune.task import Reading, Row, Task
@@ -113,6 +113,10 @@ class QATask(Task):
     def metrics(self, examples, predictions) -> dict[str, float]:
         golds = [[text for text, _ in example.answers] for example in examples]
         return squad_metrics([answer.text for answer in predictions], golds)
+
+    def item_scores(self, examples, predictions) -> list[float]:
+        return [100 * squad_f1(answer.text, [text for text, _ in example.answers])
+                for example, answer in zip(examples, predictions, strict=True)]
 
     def describe(self, prediction: Answer) -> dict:
         return {"answer": prediction.text, "score": prediction.score,

@@ -1,6 +1,7 @@
 """What a fine-tuned run leaves for people to read: results.json (validation and test metrics
-of the best checkpoint), each split's predictions as JSON lines, and what the task adds
-(a confusion matrix, CoNLL predictions)."""
+of the best checkpoint), each split's predictions as JSON lines, what the task adds (a
+confusion matrix, CoNLL predictions), and item-scores.json: per example, the values whose mean
+is the main metric, for paired comparisons between runs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from lmlab.finetune.evaluate import evaluate_task
 from lmlab.finetune.task import Reading, Task
 
 RESULTS = "results.json"
+ITEM_SCORES = "item-scores.json"
 
 
 def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Encoder,
@@ -25,6 +27,7 @@ def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Enco
     results = {"task": cfg.task, "attention": reading.attention, "pooling": reading.pooling,
                "main_metric": task.main_metric}
     token_types = encoder.token_types
+    items = {"metric": task.main_metric}
     for split in ("validation", "test"):
         examples = getattr(splits, split)
         if examples is None:
@@ -33,8 +36,10 @@ def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Enco
         metrics, predictions = evaluate_task(model, task, examples, rows, reading, token_types,
                                              precision=cfg.precision)
         results[split] = metrics
+        items[split] = task.item_scores(examples, predictions)
         _write_predictions(out / f"predictions-{split}.jsonl", task, predictions)
         task.report(out, split, examples, predictions)
+    write_text_atomic(out / ITEM_SCORES, json.dumps(items))
     write_text_atomic(out / RESULTS, json.dumps(results, indent=2))
     return results
 
@@ -47,3 +52,8 @@ def _write_predictions(path: Path, task: Task, predictions: list) -> None:
 
 def read_results(run: str | Path) -> dict:
     return json.loads((Path(run) / RESULTS).read_text())
+
+
+def read_item_scores(run: str | Path) -> dict:
+    """{"metric": the main metric, "validation": [...], "test": [...]} (the splits scored)."""
+    return json.loads((Path(run) / ITEM_SCORES).read_text())

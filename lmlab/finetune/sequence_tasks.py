@@ -16,6 +16,7 @@ from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import (
     classification_metrics,
     confusion_matrix,
+    pearson_items,
     regression_metrics,
 )
 from lmlab.finetune.readers import (
@@ -100,6 +101,10 @@ class ClassifyTask(Task):
         gold = [self.labels.index(example.label) for example in examples]
         return classification_metrics(gold, [p.label for p in predictions], len(self.labels))
 
+    def item_scores(self, examples, predictions) -> list[float]:
+        return [float(self.labels.index(example.label) == prediction.label)
+                for example, prediction in zip(examples, predictions, strict=True)]
+
     def report(self, out: Path, split: str, examples, predictions) -> None:
         from lmlab.report.plots import plot_confusion_matrix
 
@@ -158,6 +163,9 @@ class RegressTask(ClassifyTask):
 
     def metrics(self, examples, predictions) -> dict[str, float]:
         return regression_metrics([example.label for example in examples], predictions)
+
+    def item_scores(self, examples, predictions) -> list[float]:
+        return pearson_items([example.label for example in examples], predictions).tolist()
 
     def report(self, out: Path, split: str, examples, predictions) -> None:
         pass  # a confusion matrix has no meaning for numbers

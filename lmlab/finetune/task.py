@@ -140,6 +140,11 @@ class Task:
     def metrics(self, examples: Sequence, predictions: Sequence) -> dict[str, float]:
         raise NotImplementedError
 
+    def item_scores(self, examples: Sequence, predictions: Sequence) -> list[float]:
+        """One value per example whose mean is the main metric, for paired comparisons
+        (lmlab.compare): the metric's own per-example score, or its linearisation."""
+        raise NotImplementedError
+
     def report(self, out: Path, split: str, examples: Sequence, predictions: Sequence) -> None:
         """Write what this task shows of a split's predictions besides the metrics."""
 

@@ -76,3 +76,25 @@ def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions
                              f"'alternate:clm,mlm@1000'; got {spec!r}")
         return Alternating([build(n) for n in names.split(",")], int(every))
     return build(spec)
+
+
+def split_specs(text: str) -> list[str]:
+    """A comma-separated list of specs, where a composite keeps its own commas:
+    `mlm,clm,mix:clm=1,mlm=15` → [mlm, clm, mix:clm=1,mlm=15]. A part continues the
+    mixture before it while it is a `name=weight`, the alternation before it until its `@`."""
+    specs: list[str] = []
+    for part in (piece.strip() for piece in text.split(",")):
+        if specs and ":" not in part and _still_open(specs[-1], part):
+            specs[-1] += f",{part}"
+        elif part:
+            specs.append(part)
+    if not specs:
+        raise ValueError(f"no objectives in {text!r}")
+    return specs
+
+
+def _still_open(spec: str, part: str) -> bool:
+    kind, _, rest = spec.partition(":")
+    if kind == "mix" and rest:
+        return "=" in part
+    return kind == "alternate" and bool(rest) and "@" not in rest

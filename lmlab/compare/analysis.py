@@ -1,0 +1,118 @@
+"""From the sub-runs' item scores to the comparison's answer: a table of each objective's
+score per measure and budget, a verdict for every pair of objectives on every measure they
+share at the full budget (paired hierarchical bootstrap, Holm across all of them), and where
+along the budgets one objective overtakes another."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.measures import measure_of
+from lmlab.compare.stats import Verdict, holm, paired_bootstrap, verdict
+from lmlab.compare.subrun import read_ledger, read_scores
+
+
+@dataclass(frozen=True)
+class Row:
+    """One objective's score on one measure at one budget fraction, over its seeds."""
+
+    measure: str
+    objective: str
+    fraction: float
+    flops: float  # mean over seeds
+    mean: float
+    seed_std: float  # sample standard deviation of the pre-training seeds' means
+    seed_means: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    a: str
+    b: str
+    verdict: Verdict
+
+    def to_dict(self) -> dict:
+        d = self.verdict.difference
+        return {"measure": self.verdict.measure, "a": self.a, "b": self.b,
+                "says": self.verdict.says, "text": self.verdict.text,
+                "adjusted_p": self.verdict.adjusted_p, **asdict(d)}
+
+
+@dataclass(frozen=True)
+class Crossover:
+    measure: str
+    a: str
+    b: str
+    flops: float  # where the advantage of a over b changes sign (log-linear interpolation)
+    before: str  # the objective ahead at the smaller budget
+
+
+@dataclass
+class Analysis:
+    scores: dict[tuple[str, str, float], np.ndarray]  # (measure, objective, fraction) → K×F×N
+    ledger: list[dict]
+    rows: list[Row]
+    verdicts: list[PairVerdict]
+    crossovers: list[Crossover]
+
+
+def collect(cfg: CompareConfig, subs: list[SubRun]) -> tuple[dict, list[dict]]:
+    """(measure, objective, fraction) → item scores stacked over seeds (K, F, N); the ledger."""
+    grouped: dict[tuple[str, str, float], list[np.ndarray]] = {}
+    for sub in sorted(subs, key=lambda s: (s.objective, s.fraction, s.seed)):
+        for measure, values in read_scores(sub).items():
+            grouped.setdefault((measure, sub.objective, sub.fraction), []).append(values)
+    return ({key: np.stack(values) for key, values in grouped.items()},
+            [read_ledger(sub) for sub in subs])
+
+
+def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> Analysis:
+    scores, ledger = collect(cfg, subs)
+    flops = {}
+    for entry in ledger:
+        flops.setdefault((entry["objective"], entry["fraction"]), []).append(entry["flops"])
+    rows = []
+    for (measure, objective, fraction), values in sorted(scores.items()):
+        seed_means = values.mean(axis=(1, 2))
+        rows.append(Row(measure, objective, fraction,
+                        float(np.mean(flops[objective, fraction])), float(values.mean()),
+                        float(seed_means.std(ddof=1)) if len(seed_means) > 1 else 0.0,
+                        tuple(map(float, seed_means))))
+    full = max(cfg.fractions)
+    differences = []
+    for measure in sorted({key[0] for key in scores}):
+        direction = measure_of(measure).higher_is_better
+        for a, b in itertools.combinations(cfg.objectives, 2):
+            if (measure, a, full) in scores and (measure, b, full) in scores:
+                differences.append((measure, a, b, paired_bootstrap(
+                    scores[measure, a, full], scores[measure, b, full], resamples,
+                    higher_is_better=direction)))
+    adjusted = holm([d.p_value for *_, d in differences]) if differences else []
+    verdicts = [PairVerdict(a, b, verdict(measure, d, p, (a, b)))
+                for (measure, a, b, d), p in zip(differences, adjusted, strict=True)]
+    return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg))
+
+
+def _crossovers(rows: list[Row], cfg: CompareConfig) -> list[Crossover]:
+    """Where the ordering of two objectives' means flips between consecutive budgets."""
+    by_key = {(r.measure, r.objective, r.fraction): r for r in rows}
+    found = []
+    for measure in sorted({r.measure for r in rows}):
+        sign = 1 if measure_of(measure).higher_is_better else -1
+        for a, b in itertools.combinations(cfg.objectives, 2):
+            points = []
+            for fraction in sorted(cfg.fractions):
+                ra, rb = by_key.get((measure, a, fraction)), by_key.get((measure, b, fraction))
+                if ra and rb:
+                    points.append((math.sqrt(ra.flops * rb.flops), sign * (ra.mean - rb.mean)))
+            for (x0, y0), (x1, y1) in itertools.pairwise(points):
+                if y0 * y1 < 0:
+                    t = y0 / (y0 - y1)
+                    at = math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0)))
+                    found.append(Crossover(measure, a, b, at, a if y0 > 0 else b))
+    return found

@@ -1,0 +1,205 @@
+"""The design of a comparison: which objectives, on what, for how much, and the sub-runs that
+make it up.
+
+Every objective trains the same backbone with the same tokenizer, data order (pre-training
+seed k shares its shuffle across objectives), context, batch and schedule shape. What is held
+equal between them is `match`: training FLOPs by default, counted with each objective's own
+share of positions that run the vocabulary projection, so an objective whose steps cost less
+gets more of them; or tokens, steps or minutes. Each budget fraction is a run of its own with
+its schedule stretched to fit, not an early checkpoint of a longer run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
+    from lmlab.data.dataset import Dataset
+
+Match = Literal["flops", "tokens", "steps", "time"]
+MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
+BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps": "steps",
+                "time": "minutes"}
+FINETUNE_TASKS = ("classify", "pairs", "regress", "qa", "ner")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A fine-tuning task every pre-trained run is fine-tuned on and scored by."""
+
+    name: str
+    task: str
+    train: str
+    validation: str
+    test: str | None = None  # None: the validation file is scored (and selects checkpoints)
+
+    @classmethod
+    def read(cls, text: str) -> Probe:
+        """NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. sst2=classify:train.tsv:dev.tsv."""
+        name, _, rest = text.partition("=")
+        parts = rest.split(":")
+        if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not 3 <= len(parts) <= 4:
+            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. "
+                             f"sst2=classify:train.tsv:dev.tsv")
+        if parts[0] not in FINETUNE_TASKS:
+            raise ValueError(f"probe {name}: unknown task {parts[0]!r}; choose from "
+                             f"{', '.join(FINETUNE_TASKS)}")
+        for path in parts[1:]:
+            if not Path(path).is_file():
+                raise ValueError(f"probe {name}: {path} is not a file")
+        return cls(name, *parts)
+
+    @property
+    def scored_split(self) -> str:
+        return "test" if self.test else "validation"
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    objectives: tuple[str, ...]
+    budget: str  # in the unit of `match`: FLOPs (1e15), tokens (20M), steps or minutes
+    data: str | None = None  # a prepared dataset; None = the built-in corpus
+    match: Match = "flops"
+    fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
+    seeds: int = 3
+    model: str = "modern-mini"
+    seq_len: int = 128
+    batch_size: int = 32
+    lr: float = 1e-3
+    precision: str = "fp32"
+    probes: tuple[Probe, ...] = ()
+    probe_seeds: int = 1
+    probe_epochs: float = 3.0
+    probe_lr: float | None = None  # None: lmlab finetune's default
+    pairs: tuple[str, ...] = ()  # minimal-pair (BLiMP-format) files or directories
+    eval_tokens: int = 100_000  # held-out tokens scored for bits per byte
+    out: str = "runs/compare"
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.match not in MATCHES:
+            raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
+        if len(set(self.objectives)) != len(self.objectives) or len(self.objectives) < 2:
+            raise ValueError(f"compare needs two or more different objectives; got "
+                             f"{', '.join(self.objectives) or 'none'}")
+        if not self.fractions or any(not 0 < f <= 1 for f in self.fractions):
+            raise ValueError(f"budget fractions must lie in (0, 1]; got {self.fractions}")
+        for name in ("seeds", "probe_seeds", "workers", "eval_tokens", "seq_len",
+                     "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got "
+                                 f"{getattr(self, name)}")
+        if not self.lr > 0 or not self.probe_epochs > 0 or not (self.probe_lr or 1) > 0:
+            raise ValueError("--lr, --probe-lr and --probe-epochs must be positive")
+        if len({label(spec) for spec in self.objectives}) != len(self.objectives):
+            raise ValueError(f"objectives {', '.join(self.objectives)} share a directory name")
+        for path in self.pairs:
+            if not Path(path).exists():
+                raise ValueError(f"minimal pairs: {path} does not exist")
+        if len({probe.name for probe in self.probes}) != len(self.probes):
+            raise ValueError("two probes share a name")
+        self.amount  # noqa: B018 — a budget that does not parse fails here, before any run
+
+    @property
+    def amount(self) -> float:
+        """The budget as a number in the unit of `match`."""
+        from lmlab.train.budget import parse_count
+
+        text = str(self.budget).strip()
+        try:
+            amount = float(parse_count(text)) if self.match == "tokens" else float(text)
+        except ValueError:
+            raise ValueError(f"--budget {text!r} is not a number of "
+                             f"{BUDGET_UNITS[self.match]}") from None
+        if not amount > 0:
+            raise ValueError(f"--budget must be positive, got {text}")
+        return amount
+
+    @classmethod
+    def of(cls, objectives: str | list[str], **fields) -> CompareConfig:
+        """From Python or the command line: objectives as one comma list or a list of specs;
+        probes as NAME=TASK:... strings or Probe records."""
+        from lmlab.objectives.registry import split_specs
+
+        specs = split_specs(objectives) if isinstance(objectives, str) else list(objectives)
+        probes = tuple(p if isinstance(p, Probe) else Probe.read(p)
+                       for p in fields.pop("probes", ()) or ())
+        pairs = fields.pop("pairs", ()) or ()
+        pairs = (pairs,) if isinstance(pairs, str | Path) else pairs
+        fractions = fields.pop("fractions", None)
+        if isinstance(fractions, str):
+            fractions = tuple(_fraction(f) for f in fractions.split(","))
+        extra = {"fractions": tuple(fractions)} if fractions is not None else {}
+        return cls(tuple(specs), probes=probes, pairs=tuple(map(str, pairs)), **extra,
+                   **{k: v for k, v in fields.items() if v is not None})
+
+
+def _fraction(text: str) -> float:
+    """1/4, 0.25 or 25%."""
+    text = text.strip()
+    try:
+        if text.endswith("%"):
+            return float(text[:-1]) / 100
+        top, _, bottom = text.partition("/")
+        return float(top) / float(bottom) if bottom else float(top)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"budget fraction {text!r} is not a number such as 0.25, 1/4 or "
+                         f"25%") from None
+
+
+def label(spec: str) -> str:
+    """A directory name for an objective spec: mix:clm=1,mlm=15 → mix-clm-1-mlm-15."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
+
+
+@dataclass(frozen=True)
+class SubRun:
+    """One pre-training run of the comparison, and what it is owed."""
+
+    objective: str
+    seed: int
+    fraction: float
+    steps: int | None  # None under a time budget
+    minutes: float | None
+    flops_per_step: float  # counted (lmlab.train.throughput), not measured
+    tokens_per_step: int
+    predictions_per_step: float  # positions that carry a target, as the objective counts
+    out: Path = field(compare=False)
+
+    @property
+    def key(self) -> tuple[str, float, int]:
+        return self.objective, self.fraction, self.seed
+
+
+def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
+    """Every (objective, budget fraction, seed), with its steps under the matched budget."""
+    from lmlab.objectives.registry import build_objective
+    from lmlab.presets import preset
+    from lmlab.train.throughput import flops_per_token
+
+    model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    found = []
+    for spec in cfg.objectives:
+        objective = build_objective(spec, dataset.special)
+        share = objective.predicted_fraction(cfg.batch_size, cfg.seq_len)
+        per_step = flops_per_token(model, cfg.seq_len, share) * tokens_per_step
+        for fraction in sorted(cfg.fractions):
+            owed = fraction * cfg.amount
+            steps = {"flops": owed / per_step if per_step else 0,
+                     "tokens": owed / tokens_per_step, "steps": owed, "time": None}[cfg.match]
+            if steps is not None and round(steps) < 1:
+                raise ValueError(
+                    f"--budget {cfg.budget} is too small: {spec} at {fraction:g} of it gets "
+                    f"{steps:.2f} steps of {per_step:.3g} FLOPs ({tokens_per_step} tokens)")
+            for seed in range(cfg.seeds):
+                found.append(SubRun(
+                    spec, seed, fraction, None if steps is None else round(steps),
+                    owed if cfg.match == "time" else None, per_step, tokens_per_step,
+                    share * tokens_per_step,
+                    Path(cfg.out) / "runs" / label(spec) / f"budget-{fraction:g}" /
+                    f"seed-{seed}"))
+    return found

@@ -1,0 +1,117 @@
+"""`lmlab compare`: pre-train every objective under one budget and design, score each run the
+ways its objective allows, and judge every pair with paired statistics.
+
+The comparison directory holds design.json (what was asked), runs/<objective>/budget-F/seed-K
+(ordinary run directories, each with its scores.npz), and the report. Running the same
+command again reuses every finished sub-run; a different design in the same directory is
+refused, naming what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from tqdm import tqdm
+
+from lmlab.atomic import write_text_atomic
+from lmlab.compare.analysis import Analysis, analyse
+from lmlab.compare.design import CompareConfig, SubRun, sub_runs
+from lmlab.compare.report import write_report
+from lmlab.compare.subrun import complete, finished
+from lmlab.data.dataset import open_or_prepare
+
+DESIGN = "design.json"
+# Fields that change no sub-run's training or scoring: a re-run may change them freely.
+FREE_FIELDS = ("workers", "out")
+
+
+@dataclass
+class Comparison:
+    out: Path
+    analysis: Analysis
+    record: dict  # comparison.json
+
+    @property
+    def verdicts(self) -> list[dict]:
+        return self.record["verdicts"]
+
+
+def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
+    dataset = open_or_prepare(cfg.data)
+    data = str(dataset.path)
+    subs = sub_runs(cfg, dataset)  # checks every objective and budget before writing
+    out = Path(cfg.out)
+    _claim(out, cfg, data)
+    left = [sub for sub in subs if not finished(sub)]
+    print(status_line(subs, left))
+    _run_all(left, cfg, data, progress)
+    analysis = analyse(cfg, subs)
+    record = write_report(cfg, analysis, Path(data), out)
+    for pair in analysis.verdicts:
+        print(f"{pair.verdict.measure}: {pair.a} vs {pair.b}: {pair.verdict.text}")
+    print(f"report: {out / 'report.html'}")
+    return Comparison(out, analysis, record)
+
+
+def status_line(subs: list[SubRun], left: list[SubRun]) -> str:
+    done = len(subs) - len(left)
+    by_objective = {}
+    for sub in left:
+        by_objective[sub.objective] = by_objective.get(sub.objective, 0) + 1
+    todo = ", ".join(f"{objective} {count}" for objective, count in by_objective.items())
+    return (f"{len(subs)} pre-training runs: {done} done, {len(left)} to run"
+            + (f" ({todo})" if todo else ""))
+
+
+def _claim(out: Path, cfg: CompareConfig, data: str) -> None:
+    """Write design.json, or check that the one there asks for the same comparison."""
+    design = {**_design_fields(cfg), "data": data}
+    path = out / DESIGN
+    if path.is_file():
+        before = json.loads(path.read_text())
+        changed = sorted(k for k in design.keys() | before.keys()
+                         if design.get(k) != before.get(k))
+        if changed:
+            raise ValueError(f"{out} holds a comparison with other {', '.join(changed)}; "
+                             f"use another --out, or the same options to continue it")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not a comparison directory; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(design, indent=2))
+
+
+def _design_fields(cfg: CompareConfig) -> dict:
+    from dataclasses import asdict
+
+    found = {k: v for k, v in asdict(cfg).items() if k not in FREE_FIELDS}
+    return json.loads(json.dumps(found))  # tuples as lists, as read back
+
+
+def _run_all(left: list[SubRun], cfg: CompareConfig, data: str, progress: bool) -> None:
+    bar = tqdm(total=len(left), desc="comparison", unit="run", disable=not progress)
+    if cfg.workers == 1 or len(left) <= 1:
+        for sub in left:
+            bar.set_postfix_str(f"{sub.objective} budget {sub.fraction:g} seed {sub.seed}")
+            complete(sub, cfg, data)
+            bar.update()
+    else:
+        threads = max(1, (os.cpu_count() or 1) // cfg.workers)
+        with ProcessPoolExecutor(cfg.workers, mp_context=get_context("spawn"),
+                                 initializer=_set_threads, initargs=(threads,)) as pool:
+            futures = [pool.submit(complete, sub, cfg, data) for sub in left]
+            for future in futures:
+                future.result()
+                bar.update()
+    bar.close()
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)

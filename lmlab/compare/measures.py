@@ -1,0 +1,105 @@
+"""What each pre-trained run of a comparison is scored on, item by item, each measure in the
+way its objective allows.
+
+- **bits per byte** on held-out text, for runs with a true likelihood (causal or prefix
+  scoring: lmlab.eval.rules). Lower is better.
+- **pseudo bits per byte (RULE)**, for runs scored by masking (pseudo-log-likelihood, Salazar
+  et al. 2020) or span corruption: each rule its own measure, never ranked against a true
+  likelihood or another rule, since each reads different context.
+- **minimal pairs**: the share of pairs whose good sentence scores higher, under the run's own
+  first rule.
+- **probe NAME**: a fine-tuning task's main metric, per test example.
+
+Item values average to the measure (bits per byte is linearised per document, as
+lmlab.finetune.metrics linearises ratios), so paired comparisons can resample items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.eval.evaluate import score_texts
+from lmlab.eval.minimal_pairs import read_pairs
+from lmlab.eval.rules import rules_for
+from lmlab.eval.scoring import score_documents
+from lmlab.eval.texts import EvalText, dataset_text
+from lmlab.finetune.metrics import linearized_ratio
+from lmlab.runs import Run
+
+BITS_PER_BYTE = "bits per byte"
+MINIMAL_PAIRS = "minimal pairs"
+
+
+@dataclass(frozen=True)
+class Measure:
+    name: str
+    higher_is_better: bool
+    kind: str  # "text", "pairs" or "probe"
+
+
+def measure_of(name: str) -> Measure:
+    """A measure from its name, as this module names them."""
+    if name.startswith("probe "):
+        return Measure(name, True, "probe")
+    if name == MINIMAL_PAIRS:
+        return Measure(name, True, "pairs")
+    return Measure(name, False, "text")  # bits per byte, true or pseudo: lower is better
+
+
+def pseudo_measure(rule: str) -> str:
+    return f"pseudo bits per byte ({rule})"
+
+
+def probe_measure(probe: str, metric: str) -> str:
+    return f"probe {probe} ({metric})"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out documents with the UTF-8 bytes of each."""
+
+    text: EvalText
+    document_bytes: np.ndarray
+
+    @classmethod
+    def of(cls, run: Run, data: str | Path, max_tokens: int) -> HeldOut:
+        text = dataset_text(data, "validation", run, max_tokens)
+        if len(text.documents) < 2:
+            raise ValueError(f"{data}: the validation split needs at least 2 documents to "
+                             f"compare held-out text")
+        decoded = run.tokenizer.decode_batch([d.tolist() for d in text.documents],
+                                             skip_special_tokens=True)
+        return cls(text, np.array([len(t.encode("utf-8")) for t in decoded], dtype=float))
+
+
+def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
+    """Per held-out document: bits per byte under the run's first true likelihood, and
+    pseudo bits per byte under each pseudo-likelihood rule it has."""
+    found = {}
+    for rule in rules_for(run.objective, run.special):
+        likelihood = rule.perplexity_name == "perplexity"
+        name = BITS_PER_BYTE if likelihood else pseudo_measure(rule.name)
+        if name in found:
+            continue
+        scores = score_documents(run.model, rule, held_out.text.documents)
+        bits = -scores.log_likelihood / np.log(2)
+        found[name] = linearized_ratio(bits, held_out.document_bytes)
+    return found
+
+
+def pair_scores(run: Run, pairs: Sequence) -> np.ndarray:
+    """1 where the good sentence of a pair scores higher under the run's first rule, else 0."""
+    sentences = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
+    scores = score_texts(run, sentences).log_likelihood
+    by_sentence = dict(zip(sentences, scores, strict=True))
+    return np.array([float(by_sentence[p.good] > by_sentence[p.bad]) for p in pairs])
+
+
+def pair_groups(paths: Sequence[str]) -> tuple[list, list[str]]:
+    """The pairs of `paths` and each one's phenomenon (its UID, else its file's name)."""
+    pairs = read_pairs(paths)
+    return pairs, [p.groups.get("UID", p.groups["file"]) for p in pairs]

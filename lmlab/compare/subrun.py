@@ -1,0 +1,112 @@
+"""One sub-run of a comparison, start to finish: pre-train it (or continue it), then score it on
+every measure and keep the item scores beside it in scores.npz.
+
+A sub-run is an ordinary run directory, so any lmlab command can read it. It is finished when
+its scores.npz exists; a pre-training that finished but was not scored is scored, one that was
+interrupted after a checkpoint continues from it, so re-running a comparison redoes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.atomic import atomic_write, write_text_atomic
+from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.measures import (
+    MINIMAL_PAIRS,
+    HeldOut,
+    pair_groups,
+    pair_scores,
+    probe_measure,
+    text_scores,
+)
+
+SCORES = "scores.npz"
+PRETRAINED = "pretrained.json"  # written when pre-training ended: its wall time and steps
+
+
+def finished(sub: SubRun) -> bool:
+    return (sub.out / SCORES).is_file()
+
+
+def read_scores(sub: SubRun) -> dict[str, np.ndarray]:
+    """Measure → (fine-tuning seeds, items); measures without fine-tuning have one row."""
+    with np.load(sub.out / SCORES) as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+def read_ledger(sub: SubRun) -> dict:
+    """What the sub-run spent: steps, tokens, FLOPs, expected supervised predictions, seconds."""
+    spent = json.loads((sub.out / PRETRAINED).read_text())
+    steps = spent["steps"]
+    return {"objective": sub.objective, "fraction": sub.fraction, "seed": sub.seed,
+            "steps": steps, "tokens": steps * sub.tokens_per_step,
+            "flops": steps * sub.flops_per_step,
+            "predictions": steps * sub.predictions_per_step, "seconds": spent["seconds"]}
+
+
+def complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
+    """Pre-train `sub` unless that is done, then score it."""
+    if not (sub.out / PRETRAINED).is_file():
+        _pretrain(sub, cfg, data)
+    from lmlab.runs.run import load_run
+
+    run = load_run(sub.out, "last")
+    scores = {name: values[None] for name, values in
+              text_scores(run, HeldOut.of(run, data, cfg.eval_tokens)).items()}
+    if cfg.pairs:
+        pairs, _ = pair_groups(cfg.pairs)
+        scores[MINIMAL_PAIRS] = pair_scores(run, pairs)[None]
+    for probe in cfg.probes:
+        metric, rows = _probe(sub, cfg, probe)
+        scores[probe_measure(probe.name, metric)] = np.stack(rows)
+    with atomic_write(sub.out / SCORES, "wb") as file:
+        np.savez(file, **scores)
+
+
+def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
+    import lmlab
+
+    started = time.perf_counter()
+    interrupted = any((sub.out / "checkpoints").glob("step-*"))
+    budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
+    # one validation and one checkpoint at the end: equal compute, nothing spent between
+    every = sub.steps or 10**9
+    lmlab.pretrain(objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
+                   batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision,
+                   seed=sub.seed, out=str(sub.out), eval_every=every, checkpoint_every=every,
+                   keep_last=1, resume=interrupted,
+                   overwrite=not interrupted and sub.out.exists(), **budget)
+    steps = _last_step(sub.out)
+    write_text_atomic(sub.out / PRETRAINED, json.dumps(
+        {"steps": steps, "seconds": time.perf_counter() - started}))
+
+
+def _last_step(run: Path) -> int:
+    names = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
+    return int(names[-1].removeprefix("step-"))
+
+
+def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray]]:
+    """Fine-tune `sub` on `probe` once per fine-tuning seed (reusing finished ones); the
+    probe's main metric and each seed's item scores on its scored split."""
+    import lmlab
+    from lmlab.finetune.results import ITEM_SCORES, read_item_scores
+
+    rows, metric = [], None
+    lr = {"lr": cfg.probe_lr} if cfg.probe_lr is not None else {}
+    for seed in range(cfg.probe_seeds):
+        out = sub.out / "probes" / probe.name / f"seed-{seed}"
+        if not (out / ITEM_SCORES).is_file():
+            lmlab.finetune(sub.out, task=probe.task, train=probe.train,
+                           validation=probe.validation, test=probe.test, seed=seed,
+                           epochs=cfg.probe_epochs, pretrained_checkpoint="last",
+                           precision=cfg.precision, out=str(out), overwrite=True, **lr)
+        items = read_item_scores(out)
+        metric = items["metric"]
+        rows.append(np.asarray(items[probe.scored_split], dtype=float))
+    return metric, rows

@@ -1,0 +1,177 @@
+"""lmlab compare on a synthetic language whose answer is known: a tagging probe where each
+word's tag depends on the NEXT word, which bidirectional attention sees and causal attention
+cannot, so the lab must name the masked objective better there; two objectives that are the
+same (`mlm` and a one-part mixture of it) must come out with no detectable difference. Also
+the design (equal FLOPs, steps, the ledger), resumption, the report and one-line errors."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import lmlab
+from lmlab.cli import main
+from lmlab.compare.design import CompareConfig, Probe, label, sub_runs
+from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, pseudo_measure
+from lmlab.data.dataset import open_dataset
+from lmlab.objectives.registry import build_objective, split_specs
+from lmlab.presets import preset
+from lmlab.train.throughput import flops_per_token
+
+WORDS = ("cat dog sun moon tree rock bird fish lake hill road farm milk corn wolf bear "
+         "ship coat king rain snow leaf star wind").split()  # one token each
+SIGNAL = set(WORDS[:8])  # a word is tagged B-CUE when the word after it is one of these
+
+
+def sentences(rng, count: int, length: int = 8) -> list[list[str]]:
+    return [list(rng.choice(WORDS, size=length)) for _ in range(count)]
+
+
+def tags(words: list[str]) -> list[str]:
+    return ["B-CUE" if i + 1 < len(words) and words[i + 1] in SIGNAL else "O"
+            for i in range(len(words))]
+
+
+def write_conll(path, rows) -> str:
+    path.write_text("\n".join("\n".join(f"{w}\t{t}" for w, t in zip(words, tags(words),
+                                                                     strict=True)) + "\n"
+                              for words in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    root = tmp_path_factory.mktemp("compare")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": " ".join(s) + "."}) + "\n"
+                              for s in sentences(rng, 600)))
+    data = lmlab.prepare([str(corpus)], root / "data", vocab_size=400, sentinels=4,
+                         validation_fraction=0.1)
+    pairs = root / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"sentence_good": f"{a} {b}.", "sentence_bad":
+                                         f"{b} {a} {a}.", "UID": f"phenomenon-{i % 2}"}) + "\n"
+                             for i, (a, b) in enumerate(itertools.pairwise(WORDS))))
+    probe = (f"cue=ner:{write_conll(root / 'train.conll', sentences(rng, 800))}:"
+             f"{write_conll(root / 'test.conll', sentences(rng, 120))}")
+    return {"data": str(data), "pairs": str(pairs), "probe": probe, "root": root}
+
+
+def design(world, objectives, out, **options) -> CompareConfig:
+    fields = dict(data=world["data"], budget="40", match="steps", fractions="1", seeds=2,
+                  model="gpt2-tiny", seq_len=32, batch_size=16, lr=3e-3, eval_tokens=2000,
+                  probe_epochs=4, out=str(out))
+    return CompareConfig.of(objectives, **{**fields, **options})
+
+
+def test_objective_lists_keep_a_mixture_whole():
+    assert split_specs("mlm,clm,mix:clm=1,mlm=15") == ["mlm", "clm", "mix:clm=1,mlm=15"]
+    assert split_specs("alternate:clm,mlm@100,span") == ["alternate:clm,mlm@100", "span"]
+    assert label("mix:clm=1,mlm=15") == "mix-clm-1-mlm-15"
+
+
+def test_equal_flops_gives_each_objective_the_steps_its_cost_buys(world, tmp_path):
+    dataset = open_dataset(world["data"])
+    model = preset("gpt2-tiny", dataset.special.vocab_size, 32)
+    per_step = {}
+    for spec in ("mlm", "clm"):
+        share = build_objective(spec, dataset.special).predicted_fraction(16, 32)
+        per_step[spec] = flops_per_token(model, 32, share) * 16 * 32
+    budget = 200 * per_step["clm"]
+    cfg = design(world, "mlm,clm", tmp_path, budget=f"{budget!r}", match="flops",
+                 fractions="1/4,1")
+    subs = sub_runs(cfg, dataset)
+    assert len(subs) == 2 * 2 * 2
+    steps = {(s.objective, s.fraction): s.steps for s in subs}
+    assert steps["clm", 1.0] == 200 and steps["clm", 0.25] == 50
+    # a masked step projects onto the vocabulary at ~15% of positions, so costs less
+    assert steps["mlm", 1.0] == round(budget / per_step["mlm"]) > 200
+    assert all(s.seed in (0, 1) for s in subs)
+
+
+@pytest.mark.slow
+def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
+    out = tmp_path / "lab"
+    result = lmlab.compare("mlm,clm,mix:mlm=1", budget=40, data=world["data"], match="steps",
+                           fractions="1", seeds=2, model="modern-tiny", seq_len=32,
+                           batch_size=16, lr=3e-3, eval_tokens=2000, probe_epochs=4,
+                           probe_lr=1e-3, probes=[world["probe"]], pairs=[world["pairs"]],
+                           out=str(out), progress=False)
+    said = {(v["measure"], v["a"], v["b"]): v for v in result.verdicts}
+    probe = "probe cue (f1)"
+    # the next word decides the tag: bidirectional reading wins, causal cannot see it
+    assert said[probe, "mlm", "clm"]["says"] == "mlm better"
+    assert said[probe, "mlm", "clm"]["low"] > 0.2
+    # the same objective twice: never a winner
+    for measure in (probe, MINIMAL_PAIRS, pseudo_measure("pseudo")):
+        assert said[measure, "mlm", "mix:mlm=1"]["says"] == "no detectable difference"
+    # bits per byte exists only where a true likelihood does; pseudo ones stay apart
+    assert (BITS_PER_BYTE, "mlm", "clm") not in said
+    assert (pseudo_measure("pseudo"), "mlm", "clm") not in said
+    record = json.loads((out / "comparison.json").read_text())
+    assert len(record["ledger"]) == 3 * 2 and {e["steps"] for e in record["ledger"]} == {40}
+    assert record["data"]["sha256"] and record["code"]["sha256"]
+    page = (out / "report.html").read_text()
+    assert "data:image/png;base64," in page and "http" not in page.replace(
+        "http-equiv", "")
+    for name in ("curves.png", "differences.png", "phenomena.png", "probes.png"):
+        assert (out / name).stat().st_size > 1000
+    assert set(record["phenomena"]["mlm"]) == {"phenomenon-0", "phenomenon-1"}
+    capsys.readouterr()
+    # the same command again trains nothing
+    assert main(["compare", "--objectives", "mlm,clm,mix:mlm=1", "--budget", "40",
+                 "--match", "steps", "--fractions", "1", "--seeds", "2", "--data",
+                 world["data"], "--model", "modern-tiny", "--seq-len", "32", "--batch-size",
+                 "16", "--lr", "3e-3", "--eval-tokens", "2000", "--probe-epochs", "4",
+                 "--probe-lr", "1e-3", "--probe", world["probe"], "--pairs", world["pairs"],
+                 "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "6 pre-training runs: 6 done, 0 to run" in shown
+    assert "probe cue (f1): mlm vs clm: mlm better" in shown
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (["--objectives", "mlm"], "compare needs two or more different objectives"),
+    (["--objectives", "mlm,nope"], "unknown objective 'nope'"),
+    (["--objectives", "mlm,clm", "--budget", "abc"], "--budget 'abc' is not a number of steps"),
+    (["--objectives", "mlm,clm", "--budget", "0.1"], "--budget 0.1 is too small"),
+    (["--objectives", "mlm,clm", "--fractions", "0,1"], "budget fractions must lie in (0, 1]"),
+    (["--objectives", "mlm,clm", "--probe", "x=classify:missing.tsv:dev.tsv"],
+     "probe x: missing.tsv is not a file"),
+    (["--objectives", "mlm,clm", "--probe", "nonsense"], "write NAME=TASK:TRAIN:VALIDATION"),
+    (["--objectives", "mlm,clm", "--pairs", "missing.jsonl"], "minimal pairs: missing.jsonl"),
+])
+def test_bad_designs_fail_in_one_line_before_anything_is_written(world, tmp_path, capsys,
+                                                                 arguments, message):
+    out = tmp_path / "lab"
+    base = {"--budget": "10", "--match": "steps", "--data": world["data"], "--out": str(out)}
+    given = dict(zip(arguments[::2], arguments[1::2], strict=True))
+    words = ["compare", *[w for k, v in {**base, **given}.items() for w in (k, v)]]
+    assert main(words) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_another_design_in_the_same_directory_is_refused(world, tmp_path, capsys):
+    out = tmp_path / "lab"
+    out.mkdir()
+    (out / "design.json").write_text(json.dumps({"seeds": 5}))
+    assert main(["compare", "--objectives", "mlm,clm", "--budget", "10", "--match", "steps",
+                 "--data", world["data"], "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "holds a comparison with other" in err and "seeds" in err
+
+
+def test_a_probe_reads_its_parts():
+    with pytest.raises(ValueError, match="unknown task 'tag'"):
+        Probe.read("x=tag:a:b")
+
+
+def test_the_verbs_stay_callable_beside_their_packages():
+    import lmlab.compare.stats  # noqa: F401 — binds the packages to lmlab's names
+    import lmlab.finetune.results  # noqa: F401
+
+    assert callable(lmlab.compare) and callable(lmlab.finetune)
+    assert lmlab.finetune.__call__.__doc__.startswith("Fine-tune the run")
