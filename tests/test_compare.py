@@ -164,9 +164,21 @@ def test_another_design_in_the_same_directory_is_refused(world, tmp_path, capsys
     assert "holds a comparison with other" in err and "seeds" in err
 
 
-def test_a_probe_reads_its_parts():
+def test_a_probe_reads_its_parts_or_a_finetune_config(tmp_path):
     with pytest.raises(ValueError, match="unknown task 'tag'"):
         Probe.read("x=tag:a:b")
+    table = tmp_path / "sick.tsv"
+    table.write_text("sentence_A\tsentence_B\tlabel\tsplit\na\tb\tX\tTRAIN\n")
+    config = tmp_path / "sick.yaml"
+    config.write_text(f"task: pairs\ntrain: {table}\nvalidation: {table}\n"
+                      f"label_column: label\ntrain_where: split=TRAIN\n")
+    probe = Probe.read(f"sick={config}")
+    assert (probe.task, probe.train, probe.test, probe.config) == ("pairs", str(table), None,
+                                                                   str(config))
+    assert probe.scored_split == "validation"
+    config.write_text("task: pairs\n")
+    with pytest.raises(ValueError, match="sick.yaml: fine-tuning needs --train and --validation"):
+        Probe.read(f"sick={config}")
 
 
 def test_the_verbs_stay_callable_beside_their_packages():

@@ -85,8 +85,9 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--probe", action="append", default=[], dest="probes",
                         metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
-                        help="a fine-tuning probe (task: classify, pairs, regress, qa, ner); "
-                             "repeat for several")
+                        help="a fine-tuning probe (task: classify, pairs, regress, qa, ner), "
+                             "or NAME=FILE.yaml, an lmlab finetune config file for columns "
+                             "and splits; repeat for several")
     parser.add_argument("--probe-seeds", type=int, default=1,
                         help="fine-tuning seeds per probe and pre-trained run")
     parser.add_argument("--probe-epochs", type=float, default=3.0)

@@ -28,29 +28,56 @@ FINETUNE_TASKS = ("classify", "pairs", "regress", "qa", "ner")
 
 @dataclass(frozen=True)
 class Probe:
-    """A fine-tuning task every pre-trained run is fine-tuned on and scored by."""
+    """A fine-tuning task every pre-trained run is fine-tuned on and scored by: its files, or a
+    `lmlab finetune --config` file (YAML/TOML) for tasks that need column or split options."""
 
     name: str
     task: str
     train: str
     validation: str
     test: str | None = None  # None: the validation file is scored (and selects checkpoints)
+    config: str | None = None  # the finetune config file the fields above came from
 
     @classmethod
     def read(cls, text: str) -> Probe:
-        """NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. sst2=classify:train.tsv:dev.tsv."""
+        """NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. sst2=classify:train.tsv:dev.tsv, or
+        NAME=FILE.yaml / FILE.toml, a fine-tuning config."""
         name, _, rest = text.partition("=")
+        if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST] or "
+                             f"NAME=CONFIG.yaml, e.g. sst2=classify:train.tsv:dev.tsv")
+        if Path(rest).suffix in (".yaml", ".yml", ".toml"):
+            return cls._from_config(name, rest)
         parts = rest.split(":")
-        if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not 3 <= len(parts) <= 4:
-            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. "
-                             f"sst2=classify:train.tsv:dev.tsv")
+        if not 3 <= len(parts) <= 4:
+            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST] or "
+                             f"NAME=CONFIG.yaml, e.g. sst2=classify:train.tsv:dev.tsv")
         if parts[0] not in FINETUNE_TASKS:
             raise ValueError(f"probe {name}: unknown task {parts[0]!r}; choose from "
                              f"{', '.join(FINETUNE_TASKS)}")
-        for path in parts[1:]:
-            if not Path(path).is_file():
-                raise ValueError(f"probe {name}: {path} is not a file")
-        return cls(name, *parts)
+        probe = cls(name, *parts)
+        probe._check_files()
+        return probe
+
+    @classmethod
+    def _from_config(cls, name: str, path: str) -> Probe:
+        from lmlab.finetune.config import FinetuneConfig
+        from lmlab.train.config import resolve_config
+
+        if not Path(path).is_file():
+            raise ValueError(f"probe {name}: {path} is not a file")
+        try:
+            cfg = resolve_config(Path(path), {}, FinetuneConfig)
+        except ValueError as error:
+            raise ValueError(f"probe {name}: {path}: {error}") from None
+        probe = cls(name, cfg.task, cfg.train, cfg.validation, cfg.test, path)
+        probe._check_files()
+        return probe
+
+    def _check_files(self) -> None:
+        for path in (self.train, self.validation, self.test):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"probe {self.name}: {path} is not a file")
 
     @property
     def scored_split(self) -> str:

@@ -102,7 +102,7 @@ def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray
     for seed in range(cfg.probe_seeds):
         out = sub.out / "probes" / probe.name / f"seed-{seed}"
         if not (out / ITEM_SCORES).is_file():
-            lmlab.finetune(sub.out, task=probe.task, train=probe.train,
+            lmlab.finetune(sub.out, probe.config, task=probe.task, train=probe.train,
                            validation=probe.validation, test=probe.test, seed=seed,
                            epochs=cfg.probe_epochs, pretrained_checkpoint="last",
                            precision=cfg.precision, out=str(out), overwrite=True, **lr)

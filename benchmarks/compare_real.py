@@ -1,0 +1,97 @@
+"""Which objective on real text: `lmlab compare` of MLM, CLM and the GPT-BERT-style mixture on
+the shared corpora (Brown and the State of the Union addresses), with fine-tuning probes on
+SST-2, SICK (entailment) and WNUT-17 and minimal pairs from BLiMP, within a CPU budget.
+
+    python benchmarks/compare_real.py [--shared ../shared/data] [--work /tmp/lmlab-compare-real]
+        [--budget 3e13] [--seeds 2] [--model modern-tiny] [--workers 1]
+
+Every step is an `lmlab` command. The corpora are prepared with an 8,192-token vocabulary;
+SST-2's training file is cut to its first --train-rows rows and its dev set is the test (its
+test labels are hidden); SICK uses its own TRAIN/TRIAL/TEST split; BLiMP is cut to the first
+--pairs-per-phenomenon pairs of each of its 67 phenomena. Copies the report's JSON and PNGs to
+benchmarks/results/compare_real/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results" / "compare_real"
+
+
+def lmlab(*args) -> None:
+    subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], check=True, cwd=ROOT)
+
+
+def first_lines(source: Path, out: Path, count: int) -> Path:
+    with open(source, encoding="utf-8") as lines:
+        out.write_text("".join(line for _, line in zip(range(count), lines, strict=False)),
+                       encoding="utf-8")
+    return out
+
+
+def probes(shared: Path, work: Path, train_rows: int) -> list[str]:
+    sst2 = first_lines(shared / "sst2" / "train.tsv", work / "sst2-train.tsv", train_rows + 1)
+    sick = shared / "sick" / "SICK.txt"
+    sick_config = work / "sick-entailment.yaml"
+    sick_config.write_text(
+        f"task: pairs\ntrain: {sick}\ntrain_where: SemEval_set=TRAIN\nvalidation: {sick}\n"
+        f"validation_where: SemEval_set=TRIAL\ntest: {sick}\ntest_where: SemEval_set=TEST\n"
+        f"label_column: entailment_label\nmax_len: 64\n")
+    wnut = shared / "wnut17"
+    return [f"sst2=classify:{sst2}:{shared / 'sst2' / 'dev.tsv'}",
+            f"sick={sick_config}",
+            f"wnut17=ner:{wnut / 'wnut17train.conll'}:{wnut / 'emerging.dev.conll'}:"
+            f"{wnut / 'emerging.test.annotated'}"]
+
+
+def blimp_subset(shared: Path, work: Path, per_phenomenon: int) -> Path:
+    out = work / "blimp"
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted((shared / "blimp").glob("*.jsonl")):
+        first_lines(path, out / path.name, per_phenomenon)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-compare-real"))
+    parser.add_argument("--objectives", default="mlm,clm,mix:clm=1,mlm=15")
+    parser.add_argument("--budget", default="3e13", help="training FLOPs at the full budget")
+    parser.add_argument("--fractions", default="1/4,1/2,1")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--model", default="modern-tiny")
+    parser.add_argument("--train-rows", type=int, default=4000)
+    parser.add_argument("--pairs-per-phenomenon", type=int, default=50)
+    parser.add_argument("--probe-epochs", type=float, default=2.0)
+    parser.add_argument("--probe-lr", type=float, default=5e-4)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    data = args.work / "data"
+    if not (data / "meta.json").exists():
+        lmlab("prepare", *sorted((args.shared / "corpora").glob("*.jsonl")), "--out", data,
+              "--vocab-size", 8192)
+    words = ["compare", "--objectives", args.objectives, "--data", data, "--budget",
+             args.budget, "--fractions", args.fractions, "--seeds", args.seeds, "--model",
+             args.model, "--pairs", blimp_subset(args.shared, args.work, args.pairs_per_phenomenon),
+             "--probe-epochs", args.probe_epochs, "--probe-lr", args.probe_lr, "--workers",
+             args.workers, "--out", args.work / "lab"]
+    for probe in probes(args.shared, args.work, args.train_rows):
+        words += ["--probe", probe]
+    lmlab(*words)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name in ("comparison.json", "report.html", "curves.png", "differences.png",
+                 "phenomena.png", "probes.png"):
+        shutil.copy(args.work / "lab" / name, RESULTS / name)
+    print(f"copied the report to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
