@@ -9,28 +9,23 @@ minimal-pair accuracy), `finetune` (run + labelled task → fine-tuned run) and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lmlab.config import ModelConfig
-from lmlab.data.prepare import prepare
-from lmlab.eval.evaluate import evaluate
-from lmlab.model import KVCache, LanguageModel, MaskSpec
-from lmlab.objectives import (
-    Alternating,
-    Batch,
-    CausalLM,
-    LinearRate,
-    LossSum,
-    MaskedLM,
-    MaskedLMWithNSP,
-    Mixture,
-    PrefixLM,
-    SpanCorruption,
-    SpecialTokens,
-)
-from lmlab.presets import preset, preset_names
-from lmlab.pretrained import Pretrained, load
-from lmlab.runs import Run
+from lmlab.lazy import lazy_attributes
 from lmlab.version import __version__
+
+__getattr__ = lazy_attributes(__name__, {
+    "ModelConfig": "lmlab.config", "prepare": "lmlab.data.prepare",
+    "evaluate": "lmlab.eval.evaluate", "KVCache": "lmlab.model", "LanguageModel": "lmlab.model",
+    "MaskSpec": "lmlab.model", "preset": "lmlab.presets", "preset_names": "lmlab.presets",
+    "Pretrained": "lmlab.pretrained", "load": "lmlab.pretrained", "Run": "lmlab.runs",
+    **dict.fromkeys(("Alternating", "Batch", "CausalLM", "LinearRate", "LossSum", "MaskedLM",
+                     "MaskedLMWithNSP", "Mixture", "PrefixLM", "SpanCorruption",
+                     "SpecialTokens"), "lmlab.objectives"),
+})
+
+if TYPE_CHECKING:
+    from lmlab.runs import Run
 
 
 def pretrain(config: str | Path | None = None, **fields) -> Path:
@@ -79,7 +74,7 @@ def export_hf(run: str | Path | Run, out: str | Path, checkpoint: str = "best",
               check: bool = True) -> Path:
     """Write a run as a Hugging Face model directory, as `lmlab export` does; returns it."""
     from lmlab.export.writer import export_run
-    from lmlab.runs.run import load_run
+    from lmlab.runs.run import Run, load_run
 
     loaded = run if isinstance(run, Run) else load_run(run, checkpoint)
     return export_run(loaded, out, check).out

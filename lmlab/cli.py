@@ -12,13 +12,20 @@ from lmlab.eval.commands import add_eval_command
 from lmlab.export.commands import add_export_commands
 from lmlab.finetune.commands import add_finetune_commands
 from lmlab.infer.commands import add_infer_commands
-from lmlab.runs.checkpoints import CheckpointError
 from lmlab.train.commands import add_pretrain_command
-from lmlab.train.loop import TrainingError
 
 # Errors that describe bad input or a run that cannot go on: one line, no traceback. Anything
-# else is a bug in lmlab and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, CheckpointError, TrainingError)
+# else is a bug in lmlab and keeps its traceback. Named by module, as the command line imports
+# none of torch until a handler needs it: an error can only come from a module already loaded.
+USER_ERRORS = {"builtins": ("ValueError", "OSError"),
+               "lmlab.runs.checkpoints": ("CheckpointError",),
+               "lmlab.train.loop": ("TrainingError",)}
+
+
+def is_user_error(error: BaseException) -> bool:
+    return any(isinstance(error, getattr(sys.modules[module], name))
+               for module, names in USER_ERRORS.items() if module in sys.modules
+               for name in names)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lmlab: interrupted", file=sys.stderr)
         return 130
-    except USER_ERRORS as error:
+    except Exception as error:
+        if not is_user_error(error):
+            raise
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"lmlab: error: {message}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import tempfile
 import typing
 from dataclasses import MISSING
 from pathlib import Path
@@ -94,3 +95,18 @@ def unknown_option_message(parser: argparse.ArgumentParser, option: str) -> str:
     close = difflib.get_close_matches(option, known, n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     return f"unknown option {option}{hint}"
+
+
+def check_output_file(path: Path, example: str) -> None:
+    """Refuse an output file that could not be written, before any work is spent on it. Its
+    missing folders are made when it is written."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file name, such as {path / example}")
+    folder = next(parent for parent in path.parents if parent.exists())
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is a file, so {path} cannot be written")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ValueError(f"{path} cannot be written: {error.strerror} in {folder}") from None

@@ -13,12 +13,12 @@ from lmlab.presets import preset_names
 
 SURFACE = {
     "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
-              "--normalize", "--out", "--pooling"],
+              "--normalize", "--out", "--pooling", "--threads"],
     "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",
              "--max-tokens", "--out", "--pairs", "--split", "--stride", "--text-field"],
     "export": ["--checkpoint", "--device", "--help", "--no-check", "--out"],
     "fill-mask": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
-                  "--json", "--top-k"],
+                  "--json", "--threads", "--top-k"],
     "finetune": ["--attention", "--batch-size", "--beta2", "--checkpoint-every", "--compile",
                  "--config", "--distributed", "--doc-stride", "--dropout", "--epochs",
                  "--eval-every", "--grad-clip", "--help", "--keep-last", "--label-all-pieces",
@@ -32,7 +32,7 @@ SURFACE = {
                  "--validation-where", "--warmup-steps", "--weight-decay"],
     "generate": ["--checkpoint", "--device", "--greedy", "--help", "--ids", "--json",
                  "--max-new-tokens", "--num-samples", "--repetition-penalty", "--seed", "--stop",
-                 "--temperature", "--top-k", "--top-p", "--truncate-left"],
+                 "--temperature", "--threads", "--top-k", "--top-p", "--truncate-left"],
     "import": ["--allow-pickle", "--help", "--out"],
     "plan": ["--batch-size", "--data", "--family", "--flops", "--help", "--minutes", "--objective",
              "--out", "--precision", "--seq-len", "--sizes", "--steps-to-time", "--tokens"],

@@ -72,7 +72,7 @@ def test_eval_reports_each_objectives_rule_and_writes_json(runs, text_files, cap
     result = json.loads(out.read_text())
     assert result["data"] == {"source": f"{folder / 'a.txt'} {folder / 'b.jsonl'}",
                               "documents": 3, "tokens": result["data"]["tokens"],
-                              "bytes": n_bytes}
+                              "bytes": n_bytes, "invalid_utf8_bytes": 0}
     assert [m["rule"] for m in result["perplexity"]] == rules
     for metrics in result["perplexity"]:
         assert metrics["tokens_scored"] == result["data"]["tokens"]  # n per document

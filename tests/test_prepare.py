@@ -53,6 +53,7 @@ def test_every_step_is_counted_in_meta_json(tmp_path):
     out = prepare([str(source)], tmp_path / "data", **SMALL)
     meta = meta_of(out)
     assert meta["reading"] == {"files": 1, "documents": 255, "invalid_utf8_documents": 1,
+                               "invalid_utf8_bytes": 1,
                                "skipped": {"not_json": 1, "missing_field": 1}}
     cleaning = meta["cleaning"]
     assert (cleaning["empty"], cleaning["exact_duplicates"], cleaning["near_duplicates"]) == \

@@ -4,9 +4,12 @@
     dataset = lmlab.data.open("data/mine")     # memory-mapped token streams, special tokens
 """
 
-from lmlab.data.dataset import Dataset
-from lmlab.data.dataset import open_dataset as open  # shadows the builtin only in here
-from lmlab.data.prepare import prepare, prepare_documents
-from lmlab.data.recipe import Recipe
+from lmlab.lazy import lazy_attributes
+
+__getattr__ = lazy_attributes(__name__, {
+    "Dataset": "lmlab.data.dataset", "open": "lmlab.data.dataset:open_dataset",
+    "prepare": "lmlab.data.prepare", "prepare_documents": "lmlab.data.prepare",
+    "Recipe": "lmlab.data.recipe",
+})
 
 __all__ = ["Dataset", "Recipe", "open", "prepare", "prepare_documents"]

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from lmlab.data.choices import NORMALISATIONS
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import NearDedupConfig, NearDeduplicator
 
-NORMALISATIONS = ("NFC", "NFKC", "none")
 # Unicode category Cc (C0, DEL, C1) except tab and newline, which carry layout.
 CONTROL_CHARACTERS = dict.fromkeys(
     c for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A))

@@ -7,11 +7,12 @@ options override.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from lmlab.command_line import add_command
-from lmlab.data.cleaning import NORMALISATIONS
-from lmlab.data.recipe import SENTENCE_RULES
+from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
 
 
 def add_prepare_command(commands) -> None:
@@ -72,4 +73,15 @@ def prepare_command(args: argparse.Namespace) -> int:
         fields["near_dedup_threshold"] = None
     out = prepare(args.sources or None, args.out, recipe_file=args.recipe, **fields)
     print(f"dataset ready in {out} (statistics in {out / 'stats.txt'})")
+    note = invalid_utf8_note(json.loads((out / "meta.json").read_text())["reading"])
+    if note:
+        print(note, file=sys.stderr)
     return 0
+
+
+def invalid_utf8_note(reading: dict) -> str | None:
+    """One line for the user when documents held bytes that are not UTF-8."""
+    if not reading.get("invalid_utf8_documents"):
+        return None
+    return (f"note: {reading['invalid_utf8_documents']:,} documents held invalid UTF-8: "
+            f"{reading.get('invalid_utf8_bytes', '?')} bytes replaced by U+FFFD")

@@ -50,6 +50,9 @@ def in_memory_dataset(train_documents: list[np.ndarray], validation_documents: l
 def open_dataset(path: Path) -> Dataset:
     """A prepared dataset directory, checked for completeness."""
     path = Path(path)
+    if path.is_file():
+        raise DataError(f"{path} is a file, not a prepared dataset; make one from it with "
+                        f"`lmlab prepare {path} --out DIR` and pass --data DIR")
     if not path.is_dir():
         raise DataError(f"dataset directory {path} does not exist; create it with lmlab prepare")
     meta_path = path / "meta.json"

@@ -31,6 +31,7 @@ reuses it, and anything else in the way is refused.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
@@ -148,7 +149,8 @@ def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict]
         raise DataError(f"{out} holds something that is not an lmlab dataset; choose another "
                         "--out or empty it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    _remove_abandoned(out)
+    work = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
     try:
         meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
                 "inputs": inputs, **_build(groups, recipe, work, input_bytes)}
@@ -157,10 +159,41 @@ def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict]
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(work, out)
+    except OSError as error:
+        shutil.rmtree(work, ignore_errors=True)
+        if error.filename is not None:
+            raise
+        # A failed write names no file (ENOSPC on a write call): say which dataset it was.
+        raise OSError(error.errno, f"{error.strerror} while writing the dataset {out}") from None
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return out
+
+
+def _partial_prefix(out: Path) -> str:
+    return f".{out.name}.partial-"
+
+
+def _remove_abandoned(out: Path) -> None:
+    """Remove the work directories of earlier runs for `out` whose process is gone (killed
+    before it could clean up); those of running processes, this one's for other outputs
+    included, are left alone."""
+    prefix = _partial_prefix(out)
+    for work in out.parent.glob(f"{glob.escape(prefix)}*"):
+        owner = work.name.removeprefix(prefix).split("-")[0]
+        if owner.isdigit() and not _is_running(int(owner)):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _check_reusable(out: Path, recipe: Recipe, inputs: list[dict]) -> None:
@@ -201,12 +234,15 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
     tokenizer.save(str(work / "tokenizer.json"))
     for split in SPLITS:
         if splits[split]["documents"] == 0:
-            raise DataError(f"no document fell in the {split} split; add text or change the "
-                            "validation fraction")
+            total = sum(splits[name]["documents"] for name in SPLITS)
+            raise DataError(f"no document fell in the {split} split ({total:,} documents in "
+                            f"all, validation fraction {recipe.validation_fraction}); add "
+                            "documents or change --validation-fraction")
     special = special_tokens_of(tokenizer)
     return {
         "reading": {"files": reading.files, "documents": reading.documents,
                     "invalid_utf8_documents": reading.invalid_utf8_documents,
+                    "invalid_utf8_bytes": reading.invalid_utf8_bytes,
                     "skipped": dict(reading.skipped)},
         "cleaning": _combined(reports).as_dict(),
         "cleaning_by_source": {g.name: r.as_dict() for g, r in zip(groups, reports,

@@ -40,6 +40,7 @@ PARQUET_BATCH_ROWS = 1024
 JSON_READ_CHARS = 1 << 16
 WHITESPACE = re.compile(r"[ \t\r\n]*")
 ARRAY_GAP = re.compile(r"[ \t\r\n,]*")  # between array elements
+ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # an invalid byte, as surrogateescape keeps it
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class ReadStats:
     files: int = 0
     documents: int = 0
     invalid_utf8_documents: int = 0  # decoded with U+FFFD in place of the bad bytes
+    invalid_utf8_bytes: int = 0  # the bytes replaced, one U+FFFD each
     skipped: Counter = field(default_factory=Counter)  # reason -> records skipped
 
 
@@ -126,21 +128,19 @@ def _check_text(path: Path) -> None:
                             "text", path)
 
 
-def _decode(raw: bytes) -> tuple[str, bool]:
-    """Text and whether it had invalid UTF-8 (then replaced by U+FFFD: counted, not fatal)."""
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", errors="replace"), True
+def _decode(raw: bytes) -> str:
+    """UTF-8 text, an invalid byte kept as a surrogate escape for `_Records.accept` to count and
+    replace in the document it ends up in."""
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
-def _lines(stream: BinaryIO) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text with its line ending, had invalid UTF-8)."""
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, str]]:
+    """(line number, text with its line ending)."""
     for number, raw in enumerate(stream, 1):
-        text, invalid = _decode(raw)
+        text = _decode(raw)
         if number == 1:
             text = text.removeprefix("\ufeff")  # a byte-order mark is not content
-        yield number, text, invalid
+        yield number, text
 
 
 # ---------------------------------------------------------------- bad records
@@ -155,10 +155,15 @@ class _Records:
         self.bad = 0
         self.first_bad: DataError | None = None
 
-    def accept(self, invalid_utf8: bool) -> None:
+    def accept(self, text: str) -> str:
+        """`text` as a document, each invalid UTF-8 byte replaced by U+FFFD and counted: one
+        character per byte, so that the size of the input can be told from the text."""
+        text, invalid = ESCAPED_BYTE.subn("\ufffd", text)
         self.good += 1
         self.stats.documents += 1
-        self.stats.invalid_utf8_documents += invalid_utf8
+        self.stats.invalid_utf8_documents += invalid > 0
+        self.stats.invalid_utf8_bytes += invalid
+        return text
 
     def reject(self, reason: str, message: str, line: int | None) -> None:
         error = DataError(message, self.path, line)
@@ -182,23 +187,17 @@ class _Records:
 def _read_txt(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
     with _open_bytes(path) as stream:
         if not options.blank_line_documents:
-            text, invalid = _decode(stream.read())
-            records.accept(invalid)
-            yield text.removeprefix("\ufeff")
+            yield records.accept(_decode(stream.read()).removeprefix("\ufeff"))
             return
         paragraph: list[str] = []
-        invalid_in_paragraph = False
-        for _, line, invalid in _lines(stream):
+        for _, line in _lines(stream):
             if line.strip():
                 paragraph.append(line.rstrip("\r\n"))
-                invalid_in_paragraph |= invalid
             elif paragraph:
-                records.accept(invalid_in_paragraph)
-                yield "\n".join(paragraph)
-                paragraph, invalid_in_paragraph = [], False
+                yield records.accept("\n".join(paragraph))
+                paragraph = []
         if paragraph:
-            records.accept(invalid_in_paragraph)
-            yield "\n".join(paragraph)
+            yield records.accept("\n".join(paragraph))
 
 
 def _text_of(record: object, options: ReadOptions, records: _Records,
@@ -221,7 +220,7 @@ def _text_of(record: object, options: ReadOptions, records: _Records,
 
 def _read_jsonl(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
     with _open_bytes(path) as stream:
-        for number, line, invalid in _lines(stream):
+        for number, line in _lines(stream):
             if not line.strip():
                 continue
             try:
@@ -231,8 +230,7 @@ def _read_jsonl(path: Path, options: ReadOptions, records: _Records) -> Iterator
                 continue
             text = _text_of(record, options, records, number)
             if text is not None:
-                records.accept(invalid)
-                yield text
+                yield records.accept(text)
 
 
 def _json_values(stream: io.TextIOBase, path: Path) -> Iterator[tuple[int, object]]:
@@ -283,12 +281,12 @@ def _json_values(stream: io.TextIOBase, path: Path) -> Iterator[tuple[int, objec
 
 
 def _read_json(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
-    with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", errors="replace") as stream:
+    with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig",
+                          errors="surrogateescape") as stream:
         for line, value in _json_values(stream, path):
             text = _text_of(value, options, records, line)
             if text is not None:
-                records.accept("\ufffd" in text)
-                yield text
+                yield records.accept(text)
 
 
 def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
@@ -297,11 +295,11 @@ def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iter
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     tsv = _format_of(path) == ".tsv"
     with _open_bytes(path) as stream:
-        invalid_lines = [0]
+        last_line = [""]  # the line the latest record ends on
 
         def lines() -> Iterator[str]:
-            for _, line, invalid in _lines(stream):
-                invalid_lines[0] += invalid
+            for _, line in _lines(stream):
+                last_line[0] = line
                 yield line
 
         # TSV has no quoting (IANA text/tab-separated-values): a '"' in a TSV cell is text.
@@ -315,7 +313,7 @@ def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iter
                             path, 1)
         column = header.index(options.text_field)
         while True:
-            invalid_before = invalid_lines[0]
+            start = reader.line_num + 1
             try:
                 row = next(reader)
             except StopIteration:
@@ -325,12 +323,16 @@ def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iter
                 continue
             if not row:
                 continue
+            if not tsv and reader.line_num > start and '"' not in last_line[0]:
+                # A quoted cell over several lines ends with a quote on its last line; without
+                # one, csv has read to the end of the file inside a quote that never closed.
+                raise DataError("a quote opened in this row is never closed, so the rest of "
+                                "the file was read as one cell", path, start)
             if column >= len(row):
                 records.reject("short_row", f"the row has {len(row)} cells, so no "
                                f"{options.text_field!r}", reader.line_num)
                 continue
-            records.accept(invalid_lines[0] > invalid_before)
-            yield row[column]
+            yield records.accept(row[column])
 
 
 def _read_parquet(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:
@@ -349,15 +351,12 @@ def _read_parquet(path: Path, options: ReadOptions, records: _Records) -> Iterat
         for value in batch.column(0).to_pylist():
             row += 1
             if isinstance(value, bytes):
-                value, invalid = _decode(value)
-            else:
-                invalid = False
+                value = _decode(value)
             if not isinstance(value, str):
                 records.reject("not_text", f"row {row}: the {options.text_field!r} column "
                                f"holds {type(value).__name__}, not a string", None)
                 continue
-            records.accept(invalid)
-            yield value
+            yield records.accept(value)
 
 
 READERS: dict[str, Callable[[Path, ReadOptions, _Records], Iterator[str]]] = {

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.cleaning import NORMALISATIONS, CleaningConfig, QualityThresholds
+from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
+from lmlab.data.cleaning import CleaningConfig, QualityThresholds
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import NearDedupConfig
 from lmlab.data.shards import token_dtype
@@ -22,7 +23,6 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-SENTENCE_RULES = ("punctuation", "lines")
 # The annotation of each kind of field → the Python types a value may have.
 FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int": (int,),
                "float": (float, int), "float | None": (float, int, type(None))}

@@ -52,7 +52,8 @@ def format_report(meta: dict) -> str:
     reading, cleaning, splits = meta["reading"], meta["cleaning"], meta["splits"]
     lines = ["lmlab prepared dataset", "",
              f"read     {reading['files']} files, {reading['documents']:,} documents"
-             f" ({reading['invalid_utf8_documents']:,} with invalid UTF-8, replaced)"]
+             f" ({reading['invalid_utf8_documents']:,} with invalid UTF-8:"
+             f" {reading['invalid_utf8_bytes']:,} bytes replaced)"]
     for reason, count in sorted(reading["skipped"].items()):
         lines.append(f"skipped  {count:,} records: {reason.replace('_', ' ')}")
     recipe = meta["recipe"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_run_arguments
-from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS
+from lmlab.command_line import add_command, add_run_arguments, check_output_file
+from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
 
 
 def add_eval_command(commands) -> None:
@@ -41,6 +41,8 @@ def eval_command(args: argparse.Namespace) -> int:
     if args.data is None and args.pairs is None:
         raise ValueError("lmlab eval needs --data (a prepared dataset or text files) and/or "
                          "--pairs (minimal-pair files)")
+    if args.out:
+        check_output_file(args.out, "results.json")
     group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by else None
     result = evaluate(args.run_dir, args.data, args.pairs, stride=args.stride,
                       split=args.split, max_tokens=args.max_tokens, text_field=args.text_field,

@@ -14,8 +14,9 @@ import torch
 from lmlab.eval.minimal_pairs import pair_accuracy, pair_files, read_pairs
 from lmlab.eval.perplexity import text_metrics
 from lmlab.eval.rules import ScoringRule, rules_for
-from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, DocumentScores, score_documents
+from lmlab.eval.scoring import DocumentScores, score_documents
 from lmlab.eval.texts import EvalText, dataset_text, file_text
+from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
 from lmlab.infer.inputs import Text, as_batch, encode
 from lmlab.runs import Run, load_run
 
@@ -73,6 +74,8 @@ def evaluate(model: str | Path | Run, data: str | Path | Sequence[str | Path] | 
     if data is None and pairs is None:
         raise ValueError("nothing to evaluate: give data (a prepared dataset or text files) "
                          "and/or minimal pairs")
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
     run = model if isinstance(model, Run) else load_run(model, checkpoint, device)
     pair_paths = [pairs] if isinstance(pairs, str | Path) else pairs
     pair_list = read_pairs(pair_paths, group_by) if pair_paths is not None else None
@@ -82,7 +85,8 @@ def evaluate(model: str | Path | Run, data: str | Path | Sequence[str | Path] | 
     if data is not None:
         text = evaluation_text(data, run, split, text_field, max_tokens)
         result["data"] = {"source": text.source, "documents": len(text.documents),
-                          "tokens": text.tokens, "bytes": text.bytes}
+                          "tokens": text.tokens, "bytes": text.bytes,
+                          "invalid_utf8_bytes": text.invalid_utf8_bytes}
         result["perplexity"] = [text_metrics(run.model, rule, text, stride, batch_tokens,
                                              progress) for rule in rules]
     if pair_list is not None:

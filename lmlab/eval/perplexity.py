@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 
 from lmlab.eval.rules import ScoringRule
-from lmlab.eval.scoring import DEFAULT_BATCH_TOKENS, default_stride, score_documents
+from lmlab.eval.scoring import default_stride, score_documents
 from lmlab.eval.texts import EvalText
+from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
 from lmlab.model import LanguageModel
 
 

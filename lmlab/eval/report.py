@@ -26,6 +26,9 @@ def _perplexity_lines(result: dict) -> list[str]:
     data = result["data"]
     lines = [f"text: {data['source']}: {data['documents']:,} documents, {data['tokens']:,} "
              f"tokens, {data['bytes']:,} bytes"]
+    if data["invalid_utf8_bytes"]:
+        lines.append(f"({data['invalid_utf8_bytes']:,} bytes were not UTF-8: each was read as "
+                     "U+FFFD, and counts as one byte in bits per byte)")
     rows = [[m["rule"], m["metric"], f"{m['perplexity']:.3f}", f"{m['bits_per_byte']:.4f}",
              f"{m['tokens_scored']:,}", f"{m['window']}/{m['stride']}",
              f"{m['tokens_per_second']:,.0f}"] for m in result["perplexity"]]

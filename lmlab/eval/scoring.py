@@ -19,10 +19,9 @@ from torch import Tensor
 from tqdm import tqdm
 
 from lmlab.eval.rules import Chunk, ScoringRule
-from lmlab.eval.windows import check_stride
+from lmlab.eval.windows import DEFAULT_BATCH_TOKENS, check_stride
 from lmlab.model import LanguageModel, MaskSpec
 
-DEFAULT_BATCH_TOKENS = 16384
 LOGITS_PER_BATCH = 2**25  # 128 MB of float32 logits
 
 

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from lmlab.data.dataset import open_dataset
 from lmlab.data.errors import DataError
-from lmlab.data.readers import read_sources
+from lmlab.data.readers import ReadStats, read_sources
 from lmlab.runs import Run
 
 ENCODE_BATCH = 256
@@ -27,7 +27,8 @@ ENCODE_BATCH = 256
 class EvalText:
     source: str
     documents: list[np.ndarray]  # token ids, no [EOS]
-    bytes: int  # UTF-8 bytes of the documents' text
+    bytes: int  # UTF-8 bytes of the documents' text, as read (before invalid bytes' U+FFFD)
+    invalid_utf8_bytes: int = 0  # bytes of raw text that were not UTF-8, each now U+FFFD
 
     @property
     def tokens(self) -> int:
@@ -85,18 +86,33 @@ def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[np.ndarray]
 
 def file_text(sources: Sequence[str], run: Run, text_field: str = "text",
               max_tokens: int | None = None) -> EvalText:
+    """Text files read as `lmlab prepare` reads them. An invalid UTF-8 byte becomes one U+FFFD
+    (three bytes) for the tokenizer, but counts as the one byte it was for bits per byte."""
     tokenizer = run.require_tokenizer()
+    reading = ReadStats()
 
-    def encoded() -> Iterator[tuple[np.ndarray, str]]:
-        batch: list[str] = []
-        for text in read_sources(sources, text_field):
+    def encoded() -> Iterator[tuple[np.ndarray, str, int]]:
+        batch: list[tuple[str, int]] = []
+        invalid_before = 0
+        for text in read_sources(sources, text_field, stats=reading):
+            invalid = reading.invalid_utf8_bytes - invalid_before  # in this text
+            invalid_before = reading.invalid_utf8_bytes
             if text.strip():
-                batch.append(text)
+                batch.append((text, invalid))
             if len(batch) == ENCODE_BATCH:
-                yield from zip(encode_texts(tokenizer, batch), batch, strict=True)
+                yield from _encoded(tokenizer, batch)
                 batch = []
-        yield from zip(encode_texts(tokenizer, batch), batch, strict=True)
+        yield from _encoded(tokenizer, batch)
 
-    chosen = list(_take(encoded(), max_tokens, size=lambda pair: len(pair[0])))
-    return EvalText(" ".join(map(str, sources)), [ids for ids, _ in chosen],
-                    sum(len(text.encode("utf-8")) for _, text in chosen))
+    chosen = list(_take(encoded(), max_tokens, size=lambda item: len(item[0])))
+    invalid = sum(count for _, _, count in chosen)
+    return EvalText(" ".join(map(str, sources)), [ids for ids, _, _ in chosen],
+                    sum(len(text.encode("utf-8")) for _, text, _ in chosen) - 2 * invalid,
+                    invalid)
+
+
+def _encoded(tokenizer: Tokenizer, batch: list[tuple[str, int]]
+             ) -> Iterator[tuple[np.ndarray, str, int]]:
+    texts = [text for text, _ in batch]
+    for ids, (text, invalid) in zip(encode_texts(tokenizer, texts), batch, strict=True):
+        yield ids, text, invalid

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_BATCH_TOKENS = 16384  # padded tokens a forward pass reads, over all its windows
+
 
 @dataclass(frozen=True)
 class Window:

@@ -7,13 +7,14 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lmlab.command_line import add_command, add_run_arguments
-from lmlab.infer.embed import POOLINGS, embed, save_npy
-from lmlab.infer.fill_mask import fill_mask
-from lmlab.infer.generate import Generation, generate, generation_mode
-from lmlab.infer.inputs import parse_ids
-from lmlab.runs import Run, load_run
+from lmlab.command_line import add_command, add_run_arguments, check_output_file
+from lmlab.infer.choices import POOLINGS
+
+if TYPE_CHECKING:
+    from lmlab.infer.generate import Generation
+    from lmlab.runs import Run
 
 
 def add_infer_commands(commands: argparse._SubParsersAction) -> None:
@@ -23,6 +24,7 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     _add_text_arguments(fill, "texts containing [MASK]")
     fill.add_argument("--top-k", type=int, default=5, help="candidates per mask")
     fill.add_argument("--json", action="store_true", help="one JSON object per text")
+    _add_threads_argument(fill)
 
     gen = add_command(commands, "generate", help="continue a prompt, or fill the gaps in it",
                       handler=generate_command)
@@ -45,6 +47,7 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--truncate-left", action="store_true",
                      help="drop the prompt's start when it does not fit the context")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample")
+    _add_threads_argument(gen)
 
     emb = add_command(commands, "embed", help="one vector per text, saved as .npy",
                       handler=embed_command)
@@ -54,6 +57,12 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     emb.add_argument("--pooling", choices=POOLINGS, default="mean",
                      help="average the text's tokens, or take the first position")
     emb.add_argument("--normalize", action="store_true", help="scale vectors to unit length")
+    _add_threads_argument(emb)
+
+
+def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, help="CPU threads; default: one when a forward "
+                        "pass reads a few rows, else all cores (or OMP_NUM_THREADS)")
 
 
 def _add_text_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -65,19 +74,20 @@ def _add_text_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _load(args: argparse.Namespace) -> Run:
+    from lmlab.runs import load_run
+
     return load_run(args.run_dir, args.checkpoint, args.device)
 
 
-def _read_inputs(args: argparse.Namespace, run: Run) -> list:
-    """Texts from the arguments, --file or stdin; or token id lists from --ids."""
+def _read_texts(args: argparse.Namespace) -> list[str] | None:
+    """Texts from the arguments, --file or stdin; None when --ids gives token ids instead.
+    Read before the model is loaded, so that a bad file is reported at once."""
     if args.ids:
-        return [parse_ids(ids, run.special.mask) for ids in args.ids]
+        return None
     if args.texts:
         return list(args.texts)
     if args.file is not None:
-        if not args.file.is_file():
-            raise ValueError(f"{args.file}: no such file")
-        lines = args.file.read_text(encoding="utf-8").splitlines()
+        lines = _read_lines(args.file)
     elif sys.stdin.isatty():
         raise ValueError("no texts: give them as arguments, with --file or on stdin")
     else:
@@ -88,15 +98,37 @@ def _read_inputs(args: argparse.Namespace, run: Run) -> list:
     return texts
 
 
+def _read_lines(path: Path) -> list[str]:
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; --file takes a text file, one text per line")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {error.start}); "
+                         "--file takes a text file, one text per line") from None
+
+
+def _inputs(args: argparse.Namespace, texts: list[str] | None, run: Run) -> list:
+    from lmlab.infer.inputs import parse_ids
+
+    return texts if texts is not None else [parse_ids(i, run.special.mask) for i in args.ids]
+
+
 def _shown(token: str) -> str:
     return token.strip() or repr(token)
 
 
 def fill_mask_command(args: argparse.Namespace) -> int:
-    run = _load(args)
-    inputs = _read_inputs(args, run)
-    results = fill_mask(run, inputs, args.top_k, args.batch_size)
-    for text, masks in zip(args.ids or inputs, results, strict=True):
+    from lmlab.infer.fill_mask import fill_mask
+    from lmlab.infer.threads import threads_for
+
+    texts = _read_texts(args)
+    with threads_for(min(len(texts or args.ids), args.batch_size), args.threads):
+        run = _load(args)
+        results = fill_mask(run, _inputs(args, texts, run), args.top_k, args.batch_size)
+    for text, masks in zip(args.ids or texts, results, strict=True):
         if args.json:
             print(json.dumps({"text": text, "masks": [[asdict(c) for c in mask]
                                                       for mask in masks]}))
@@ -109,27 +141,35 @@ def fill_mask_command(args: argparse.Namespace) -> int:
 
 
 def generate_command(args: argparse.Namespace) -> int:
-    run = _load(args)
+    from lmlab.infer.generate import GenerationOptions, check_length, generate, generation_mode
+    from lmlab.infer.inputs import parse_ids
+    from lmlab.infer.threads import threads_for
+
+    options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                   repetition_penalty=args.repetition_penalty, greedy=args.greedy,
+                   seed=args.seed, stop=args.stop, num_samples=args.num_samples,
+                   truncate_left=args.truncate_left)
+    GenerationOptions(**options)  # refuses bad options before a model is loaded
+    check_length(args.max_new_tokens)
     prompt = args.ids or args.prompt
     if prompt is None:
         if sys.stdin.isatty():
             raise ValueError("no prompt: give it as an argument, with --ids or on stdin")
         prompt = sys.stdin.read().rstrip("\n")
     given = parse_ids(prompt) if args.ids else prompt
-    mode = generation_mode(run, given)  # refuses a model that cannot generate
-    streaming = not args.json and args.num_samples == 1 and mode != "infill"
-    shows_prompt = not args.ids and mode != "infill"
-    if streaming and shows_prompt:
-        print(prompt, end="", flush=True)
+    with threads_for(args.num_samples, args.threads):
+        run = _load(args)
+        mode = generation_mode(run, given)  # refuses a model that cannot generate
+        streaming = not args.json and args.num_samples == 1 and mode != "infill"
+        shows_prompt = not args.ids and mode != "infill"
+        if streaming and shows_prompt:
+            print(prompt, end="", flush=True)
 
-    def show(_: int, piece: str) -> None:
-        print(piece, end="", flush=True)
+        def show(_: int, piece: str) -> None:
+            print(piece, end="", flush=True)
 
-    results = generate(
-        run, given, args.max_new_tokens, on_text=show if streaming else None,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty, greedy=args.greedy, seed=args.seed,
-        stop=args.stop, num_samples=args.num_samples, truncate_left=args.truncate_left)
+        results = generate(run, given, args.max_new_tokens,
+                           on_text=show if streaming else None, **options)
     results = results if isinstance(results, list) else [results]
     for number, result in enumerate(results, 1):
         if args.json:
@@ -152,8 +192,16 @@ def _note_finish(result: Generation, run: Run) -> None:
 
 
 def embed_command(args: argparse.Namespace) -> int:
-    run = _load(args)
-    vectors = embed(run, _read_inputs(args, run), args.pooling, args.normalize, args.batch_size)
+    from lmlab.infer.embed import embed, save_npy
+    from lmlab.infer.threads import threads_for
+
+    check_output_file(args.out, "vectors.npy")
+    texts = _read_texts(args)
+    with threads_for(min(len(texts or args.ids), args.batch_size), args.threads):
+        run = _load(args)
+        vectors = embed(run, _inputs(args, texts, run), args.pooling, args.normalize,
+                        args.batch_size)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     save_npy(vectors, args.out)
     print(f"{len(vectors)} embeddings of {vectors.shape[1]} dimensions ({args.pooling} "
           f"pooling) written to {args.out}")

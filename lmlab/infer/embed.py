@@ -17,11 +17,10 @@ import torch
 from tqdm import tqdm
 
 from lmlab.atomic import atomic_write
+from lmlab.infer.choices import POOLINGS
 from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document
 from lmlab.model import MaskSpec
 from lmlab.runs import Run
-
-POOLINGS = ("mean", "cls")
 
 
 def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",

@@ -142,6 +142,12 @@ class GenerationOptions:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # one stop string, not its characters
             object.__setattr__(self, "stop", (self.stop,))
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {self.num_samples}")
+        sampling = self.sampling  # checks the sampling options
+        if self.num_samples > 1 and sampling.is_greedy:
+            raise ValueError(f"greedy decoding gives one continuation, so {self.num_samples} "
+                             "samples would be identical; sample (temperature > 0) or ask for one")
 
     @property
     def sampling(self) -> Sampling:
@@ -149,12 +155,14 @@ class GenerationOptions:
                         self.greedy)
 
 
-def _start_rows(run: Run, prompts: list, max_new_tokens: int,
-                options: GenerationOptions) -> list[_Row]:
+def check_length(max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if options.num_samples < 1:
-        raise ValueError(f"num_samples must be at least 1, got {options.num_samples}")
+
+
+def _start_rows(run: Run, prompts: list, max_new_tokens: int,
+                options: GenerationOptions) -> list[_Row]:
+    check_length(max_new_tokens)
     if options.stop and run.tokenizer is None:
         raise ValueError("stop strings need the run's tokenizer; this run has none")
     rows = []

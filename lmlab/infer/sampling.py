@@ -24,13 +24,13 @@ class Sampling:
     greedy: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
+        if not self.temperature >= 0:  # NaN too
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
+        if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be positive, got "
                              f"{self.repetition_penalty}")
 

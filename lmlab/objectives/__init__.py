@@ -1,12 +1,15 @@
 """Pre-training objectives: each turns token ids into a Batch and outputs into a LossSum."""
 
-from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, SpecialTokens
-from lmlab.objectives.clm import CausalLM
-from lmlab.objectives.mixture import Alternating, Mixture
-from lmlab.objectives.mlm import LinearRate, MaskedLM
-from lmlab.objectives.nsp import MaskedLMWithNSP
-from lmlab.objectives.prefix_lm import PrefixLM
-from lmlab.objectives.span_corruption import SpanCorruption
+from lmlab.lazy import lazy_attributes
+
+__getattr__ = lazy_attributes(__name__, {
+    **dict.fromkeys(("IGNORE_INDEX", "Batch", "LossSum", "Objective", "SpecialTokens"),
+                    "lmlab.objectives.base"),
+    "CausalLM": "lmlab.objectives.clm", "Alternating": "lmlab.objectives.mixture",
+    "Mixture": "lmlab.objectives.mixture", "LinearRate": "lmlab.objectives.mlm",
+    "MaskedLM": "lmlab.objectives.mlm", "MaskedLMWithNSP": "lmlab.objectives.nsp",
+    "PrefixLM": "lmlab.objectives.prefix_lm", "SpanCorruption": "lmlab.objectives.span_corruption",
+})
 
 __all__ = [
     "IGNORE_INDEX", "Alternating", "Batch", "CausalLM", "LinearRate", "LossSum", "MaskedLM",
