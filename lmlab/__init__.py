@@ -3,7 +3,8 @@ self-supervised objective on one backbone.
 
 The pipeline's verbs: `prepare` (text → dataset), `pretrain` (dataset → run), `load` (run →
 model with fill-mask, generate, embed and score) and `evaluate` (run → perplexities and
-minimal-pair accuracy), `finetune` (run + labelled task → fine-tuned run) and `predict`.
+minimal-pair accuracy), `finetune` (run + labelled task → fine-tuned run) and `predict`;
+`plan` (budget → model size) and `compare` (objectives → verdicts on each measure).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lmlab import compare, finetune
 from lmlab.lazy import lazy_attributes
 from lmlab.version import __version__
 
@@ -38,18 +40,6 @@ def pretrain(config: str | Path | None = None, **fields) -> Path:
 
     cfg = resolve_config(Path(config) if config is not None else None, fields)
     return pretrain_on(cfg, open_or_prepare(cfg.data))
-
-
-def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Path:
-    """Fine-tune the run at `run` as `lmlab finetune` does, from a config file and/or its
-    fields by name, e.g. `lmlab.finetune("runs/mlm", task="classify", train="train.tsv",
-    validation="dev.tsv")`. Returns the fine-tuned run directory."""
-    from lmlab.finetune.config import FinetuneConfig
-    from lmlab.finetune.setup import finetune as finetune_run
-    from lmlab.train.config import resolve_config
-
-    cfg = resolve_config(Path(config) if config is not None else None, fields, FinetuneConfig)
-    return finetune_run(run, cfg)
 
 
 def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,
@@ -91,7 +81,8 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
-    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "evaluate", "load", "prepare",
+    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "compare", "evaluate", "load",
+    "prepare",
     "__version__", "export_hf", "finetune", "import_hf", "plan", "predict", "preset",
     "preset_names", "pretrain",
 ]

@@ -187,3 +187,25 @@ def test_the_verbs_stay_callable_beside_their_packages():
 
     assert callable(lmlab.compare) and callable(lmlab.finetune)
     assert lmlab.finetune.__call__.__doc__.startswith("Fine-tune the run")
+
+
+@pytest.mark.slow
+def test_side_by_side_workers_under_a_time_budget_and_an_interrupted_sub_run(world, tmp_path,
+                                                                             capsys):
+    out = tmp_path / "lab"
+    options = dict(budget=0.04, data=world["data"], match="time", fractions="1", seeds=1,
+                   model="modern-tiny", seq_len=32, batch_size=16, eval_tokens=2000,
+                   workers=2, out=str(out), progress=False)
+    first = lmlab.compare("mlm,clm", **options)
+    assert {e["objective"] for e in first.analysis.ledger} == {"mlm", "clm"}
+    assert all(e["steps"] >= 1 and e["seconds"] > 0 for e in first.analysis.ledger)
+    # a sub-run killed after its checkpoint but before it was scored continues and is scored
+    killed = out / "runs" / "clm" / "budget-1" / "seed-0"
+    (killed / "scores.npz").unlink()
+    (killed / "pretrained.json").unlink()
+    capsys.readouterr()
+    again = lmlab.compare("mlm,clm", **{**options, "workers": 1})
+    assert "2 pre-training runs: 1 done, 1 to run (clm 1)" in capsys.readouterr().out
+    assert (killed / "scores.npz").is_file()
+    assert [r.mean for r in again.analysis.rows] == pytest.approx(
+        [r.mean for r in first.analysis.rows])
