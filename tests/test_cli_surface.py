@@ -12,6 +12,10 @@ from lmlab.objectives.registry import objective_names
 from lmlab.presets import preset_names
 
 SURFACE = {
+    "compare": ["--batch-size", "--budget", "--data", "--eval-tokens", "--fractions", "--help",
+                "--lr", "--match", "--model", "--objectives", "--out", "--pairs", "--precision",
+                "--probe", "--probe-epochs", "--probe-lr", "--probe-seeds", "--seeds",
+                "--seq-len", "--workers"],
     "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
               "--normalize", "--out", "--pooling", "--threads"],
     "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",

@@ -82,7 +82,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
     parser.add_argument("--batch-size", type=int, default=32, help="rows per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                        help="compute precision of pre-training and probes")
     parser.add_argument("--probe", action="append", default=[], dest="probes",
                         metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
                         help="a fine-tuning probe (task: classify, pairs, regress, qa, ner), "
@@ -90,7 +91,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                              "and splits; repeat for several")
     parser.add_argument("--probe-seeds", type=int, default=1,
                         help="fine-tuning seeds per probe and pre-trained run")
-    parser.add_argument("--probe-epochs", type=float, default=3.0)
+    parser.add_argument("--probe-epochs", type=float, default=3.0,
+                        help="fine-tuning epochs of every probe")
     parser.add_argument("--probe-lr", type=float,
                         help="fine-tuning learning rate (default: lmlab finetune's)")
     parser.add_argument("--pairs", nargs="+", default=[], metavar="PATH",
