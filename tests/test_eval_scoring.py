@@ -163,6 +163,7 @@ def test_a_hand_built_model_gives_closed_form_log_probabilities(special):
     scores = score_documents(model, NextTokenScoring(special), [doc])
     # Predicted: favoured ×3 (5 - log Z each), 51 and [EOS] (-log Z each).
     assert scores.log_likelihood[0] == pytest.approx(3 * 5.0 - 5 * log_z, abs=1e-5)
+    assert scores.top1[0] == 3  # the favoured token is the most likely everywhere
 
 
 @pytest.mark.parametrize("rule", [NextTokenScoring, MaskedScoring])
@@ -181,3 +182,4 @@ def test_scores_do_not_depend_on_how_rows_are_batched(special, rule, monkeypatch
         assert rows == 1 or (predictions <= 5 and rows * length <= 40)
     assert pieces.log_likelihood == pytest.approx(whole.log_likelihood, abs=1e-5)
     assert (pieces.predictions == whole.predictions).all()
+    assert (pieces.top1 == whole.top1).all()

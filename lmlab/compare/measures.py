@@ -6,6 +6,8 @@ way its objective allows.
 - **pseudo bits per byte (RULE)**, for runs scored by masking (pseudo-log-likelihood, Salazar
   et al. 2020) or span corruption: each rule its own measure, never ranked against a true
   likelihood or another rule, since each reads different context.
+- **next-token accuracy** on the same text, for those runs (they can generate): how often the
+  most likely next token is the one that follows. Higher is better.
 - **minimal pairs**: the share of pairs whose good sentence scores higher, under the run's own
   first rule.
 - **probe NAME**: a fine-tuning task's main metric, per test example.
@@ -31,6 +33,7 @@ from lmlab.finetune.metrics import linearized_ratio
 from lmlab.runs import Run
 
 BITS_PER_BYTE = "bits per byte"
+NEXT_TOKEN = "next-token accuracy"
 MINIMAL_PAIRS = "minimal pairs"
 
 
@@ -47,6 +50,8 @@ def measure_of(name: str) -> Measure:
         return Measure(name, True, "probe")
     if name == MINIMAL_PAIRS:
         return Measure(name, True, "pairs")
+    if name == NEXT_TOKEN:
+        return Measure(name, True, "text")
     return Measure(name, False, "text")  # bits per byte, true or pseudo: lower is better
 
 
@@ -77,8 +82,8 @@ class HeldOut:
 
 
 def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
-    """Per held-out document: bits per byte under the run's first true likelihood, and
-    pseudo bits per byte under each pseudo-likelihood rule it has."""
+    """Per held-out document: bits per byte and next-token accuracy under the run's first
+    true likelihood, and pseudo bits per byte under each pseudo-likelihood rule it has."""
     found = {}
     for rule in rules_for(run.objective, run.special):
         likelihood = rule.perplexity_name == "perplexity"
@@ -88,6 +93,8 @@ def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
         scores = score_documents(run.model, rule, held_out.text.documents)
         bits = -scores.log_likelihood / np.log(2)
         found[name] = linearized_ratio(bits, held_out.document_bytes)
+        if likelihood:
+            found[NEXT_TOKEN] = linearized_ratio(scores.top1, scores.predictions)
     return found
 
 

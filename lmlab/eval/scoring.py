@@ -31,6 +31,7 @@ class DocumentScores:
     description: str
     log_likelihood: np.ndarray  # (documents,) summed natural-log probabilities
     predictions: np.ndarray  # (documents,) tokens scored in each
+    top1: np.ndarray  # (documents,) predictions whose most likely token was the right one
     seconds: float
 
     @property
@@ -57,6 +58,7 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
         raise ValueError(f"{rule.name} scoring needs the model's {rule.head!r} head")
     log_likelihood = np.zeros(len(documents))
     predictions = np.zeros(len(documents), dtype=np.int64)
+    top1 = np.zeros(len(documents), dtype=np.int64)
     max_predictions = max(1, LOGITS_PER_BATCH // model.cfg.vocab_size)
     pending: list[tuple[int, Chunk]] = []
     pending_predictions = 0
@@ -64,9 +66,10 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     def flush() -> None:
         nonlocal pending_predictions
         owners = np.concatenate([np.full(len(c.targets), i) for i, c in pending])
-        log_probs = _log_probs(model, rule, [c for _, c in pending]).numpy()
-        np.add.at(log_likelihood, owners, log_probs)
+        log_probs, right = _log_probs(model, rule, [c for _, c in pending])
+        np.add.at(log_likelihood, owners, log_probs.numpy())
         np.add.at(predictions, owners, 1)
+        np.add.at(top1, owners, right.numpy())
         pending.clear()
         pending_predictions = 0
         bar.update(len(owners))
@@ -93,7 +96,7 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
             flush()
         bar.update(bar.total - bar.n)  # special and first tokens count too, unscored
     model.train(was_training)
-    return DocumentScores(rule.name, rule.description, log_likelihood, predictions,
+    return DocumentScores(rule.name, rule.description, log_likelihood, predictions, top1,
                           time.perf_counter() - start)
 
 
@@ -103,8 +106,10 @@ def _padded_size(pending: list[tuple[int, Chunk]], part: Chunk) -> int:
     return rows * length
 
 
-def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk]) -> Tensor:
-    """log p(target) of every prediction of `chunks`, run as one right-padded batch."""
+def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk],
+               ) -> tuple[Tensor, Tensor]:
+    """log p(target) of every prediction of `chunks`, run as one right-padded batch, and
+    whether the target was the most likely token there."""
     device = next(model.parameters()).device
     length = max(c.ids.shape[1] for c in chunks)
     pad = rule.special.padding_id
@@ -122,4 +127,5 @@ def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk]) -> 
     outputs = model(ids.to(device), mask, positions, predict_at={rule.head: flat.to(device)})
     logits = outputs[rule.head].float()
     target_logits = logits.gather(1, targets[:, None].to(device)).squeeze(1)
-    return (target_logits - torch.logsumexp(logits, dim=-1)).double().cpu()
+    right = logits.argmax(dim=-1).cpu() == targets
+    return (target_logits - torch.logsumexp(logits, dim=-1)).double().cpu(), right
