@@ -12,8 +12,9 @@ import pytest
 
 import lmlab
 from lmlab.cli import main
-from lmlab.compare.design import CompareConfig, Probe, label, sub_runs
-from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, pseudo_measure
+from lmlab.compare.analysis import analyse
+from lmlab.compare.design import CompareConfig, Probe, SubRun, label, sub_runs
+from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
 from lmlab.data.dataset import open_dataset
 from lmlab.objectives.registry import build_objective, split_specs
 from lmlab.presets import preset
@@ -108,6 +109,9 @@ def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
         assert said[measure, "mlm", "mix:mlm=1"]["says"] == "no detectable difference"
     # bits per byte exists only where a true likelihood does; pseudo ones stay apart
     assert (BITS_PER_BYTE, "mlm", "clm") not in said
+    scored = {(row.measure, row.objective) for row in result.analysis.rows}
+    assert {(BITS_PER_BYTE, "clm"), (NEXT_TOKEN, "clm")} <= scored
+    assert (NEXT_TOKEN, "mlm") not in scored
     assert (pseudo_measure("pseudo"), "mlm", "clm") not in said
     record = json.loads((out / "comparison.json").read_text())
     assert len(record["ledger"]) == 3 * 2 and {e["steps"] for e in record["ledger"]} == {40}
@@ -209,3 +213,37 @@ def test_side_by_side_workers_under_a_time_budget_and_an_interrupted_sub_run(wor
     assert (killed / "scores.npz").is_file()
     assert [r.mean for r in again.analysis.rows] == pytest.approx(
         [r.mean for r in first.analysis.rows])
+
+
+def test_the_analysis_finds_where_one_objective_overtakes_another(tmp_path):
+    # planted scores: clm ahead by 0.1 at a quarter of the budget, mlm ahead by 0.1 at all of it
+    cfg = CompareConfig.of("mlm,clm", budget="4e11", fractions="1/4,1", seeds=3,
+                           out=str(tmp_path))
+    rng = np.random.default_rng(0)
+    means = {("mlm", 0.25): 0.5, ("clm", 0.25): 0.6, ("mlm", 1.0): 0.8, ("clm", 1.0): 0.7}
+    noise = rng.normal(scale=0.02, size=(3, 40))
+    noise -= noise.mean(axis=1, keepdims=True)  # each seed's mean is exactly the planted one
+    subs = []
+    for (objective, fraction), mean in means.items():
+        for seed in range(3):
+            sub = SubRun(objective, seed, fraction, round(400 * fraction), None, 1e9, 512, 77.0,
+                         tmp_path / objective / str(fraction) / str(seed))
+            sub.out.mkdir(parents=True)
+            np.savez(sub.out / "scores.npz", **{"probe x (accuracy)": (mean + noise[seed])[None]})
+            (sub.out / "pretrained.json").write_text(json.dumps({"steps": sub.steps,
+                                                                 "seconds": 1.0}))
+            subs.append(sub)
+    found = analyse(cfg, subs)
+    (crossing,) = found.crossovers
+    assert (crossing.a, crossing.b, crossing.before) == ("mlm", "clm", "clm")
+    # halfway in log FLOPs between 1e11 and 4e11
+    assert crossing.flops == pytest.approx(2e11)
+    (pair,) = found.verdicts
+    assert pair.verdict.says == "mlm better"
+    assert pair.verdict.difference.estimate == pytest.approx(0.1)
+    ledger = {(e["objective"], e["fraction"], e["seed"]): e for e in found.ledger}
+    assert ledger["mlm", 1.0, 2] == {"objective": "mlm", "fraction": 1.0, "seed": 2,
+                                     "steps": 400, "tokens": 400 * 512, "flops": 4e11,
+                                     "predictions": 400 * 77.0, "seconds": 1.0}
+    row = next(r for r in found.rows if (r.objective, r.fraction) == ("clm", 0.25))
+    assert row.mean == pytest.approx(0.6) and row.seed_std == pytest.approx(0, abs=1e-12)
