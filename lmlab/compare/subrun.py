@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from lmlab.compare.measures import (
     probe_measure,
     text_scores,
 )
+from lmlab.runs.checkpoints import PREFIX, list_checkpoints
 
 SCORES = "scores.npz"
 PRETRAINED = "pretrained.json"  # written when pre-training ended: its wall time and steps
@@ -72,7 +72,7 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
     import lmlab
 
     started = time.perf_counter()
-    interrupted = any((sub.out / "checkpoints").glob("step-*"))
+    interrupted = bool(list_checkpoints(sub.out / "checkpoints"))
     budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
     # one validation and one checkpoint at the end: equal compute, nothing spent between
     every = sub.steps or 10**9
@@ -81,14 +81,10 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
                    seed=sub.seed, out=str(sub.out), eval_every=every, checkpoint_every=every,
                    keep_last=1, resume=interrupted,
                    overwrite=not interrupted and sub.out.exists(), **budget)
-    steps = _last_step(sub.out)
+    last = list_checkpoints(sub.out / "checkpoints")[-1]
+    steps = int(last.name.removeprefix(PREFIX))
     write_text_atomic(sub.out / PRETRAINED, json.dumps(
         {"steps": steps, "seconds": time.perf_counter() - started}))
-
-
-def _last_step(run: Path) -> int:
-    names = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
-    return int(names[-1].removeprefix("step-"))
 
 
 def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray]]:
