@@ -97,6 +97,14 @@ def unknown_option_message(parser: argparse.ArgumentParser, option: str) -> str:
     return f"unknown option {option}{hint}"
 
 
+def check_input_file(path: Path, option: str = "--file") -> None:
+    """Refuse, before any work, an input file that is not there or is a directory."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; {option} takes a file")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+
+
 def check_output_file(path: Path, example: str) -> None:
     """Refuse an output file that could not be written, before any work is spent on it. Its
     missing folders are made when it is written."""

@@ -7,7 +7,7 @@ from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.train import pretrain as pretraining
-from lmlab.train.budget import parse_count, step_budget, steps_in_minutes
+from lmlab.train.budget import Deadline, parse_count, step_budget, steps_in_minutes
 from lmlab.train.config import TrainConfig
 
 
@@ -41,13 +41,13 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     original = built.make_batch
     monkeypatch.setattr(built, "make_batch",
                         lambda ids, *a: rows.append(len(ids)) or original(ids, *a))
-    # A clock under the test's control: the two timed micro-batches take 0.5 s and 0.25 s.
-    readings = iter([100.0, 100.5, 200.0, 200.25])
+    # A clock under the test's control: the timed micro-batch takes 0.25 s.
+    readings = iter([100.0, 100.25])
     monkeypatch.setattr(pretraining, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
     steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4)
-    assert rows == [2, 2]  # timed twice, on one micro-batch
-    assert next(readings, None) is None  # each timing read the clock twice
-    # the faster timing, times 4 micro-batches per step, fills the minute
+    assert rows == [2]  # timed once (the run's deadline corrects it), on one micro-batch
+    assert next(readings, None) is None  # the timing read the clock twice
+    # the timing, times 4 micro-batches per step, fills the minute
     assert steps == steps_in_minutes(1.0, 4 * 0.25 * pretraining.STEP_OVERHEAD) == 52
     assert all(p.grad is None for p in model.parameters())
 
@@ -58,11 +58,49 @@ def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
     model = LanguageModel(preset("gpt2-tiny", 300, 32), heads=built.heads)
     # 1 s per micro-batch: 60 / (2 × 1 × overhead) = 26 steps in a minute
     monkeypatch.setattr(pretraining, "time",
-                        SimpleNamespace(perf_counter=iter([0.0, 1.0, 5.0, 6.0]).__next__))
+                        SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2)
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
     assert pretraining._total_steps(config, **timed) == 10
     monkeypatch.setattr(pretraining, "time",
-                        SimpleNamespace(perf_counter=iter([0.0, 1.0, 5.0, 6.0]).__next__))
+                        SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=500)
     assert pretraining._total_steps(config, **timed) == 26
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_deadline_follows_the_pace_of_the_steps_taken():
+    clock = Clock()
+    deadline = Deadline(minutes=1.0, clock=clock)
+    clock.now = 10.0  # 10 steps in 10 s: 50 more fit in the 50 s left
+    assert deadline.total_steps(10) == 60
+    clock.now = 40.0  # the machine got busy: 20 steps in 40 s, 10 more in the 20 s left
+    assert deadline.total_steps(20) == 30
+    deadline.validated(started=38.0)  # a validation of 2 s is kept back for the end
+    assert deadline.total_steps(20) == 29
+    clock.now = 70.0  # past the end: stop at this step
+    assert deadline.total_steps(25) == 25
+    clock.now = 0.0
+    capped = Deadline(minutes=1.0, cap=12, clock=clock)  # a step or token budget too
+    clock.now = 10.0
+    assert capped.total_steps(10) == 12
+
+
+def test_a_deadline_spreads_its_validations_over_the_time():
+    clock = Clock()
+    deadline = Deadline(minutes=1.0, validations=12, clock=clock)
+    due = []
+    for second in range(1, 61):
+        clock.now = float(second)
+        if deadline.validation_due():
+            due.append(second)
+            deadline.validated(started=clock.now)
+    assert due == list(range(5, 61, 5))
+    assert not Deadline(minutes=1.0, clock=clock).validation_due()  # none asked for

@@ -263,14 +263,11 @@ def _through_spills(groups: list[_Group], cleaned: list[Iterator[str]], recipe: 
     """Clean every group into a temporary file, then train the tokenizer (if asked) on the
     mix's training split: (tokenizer, chunks of the mix to encode, the mix plan, its bytes)."""
     spills, counts, spilled_bytes = [], {}, 0
-    progress = Progress("read and clean", input_bytes)
-    try:
+    with Progress("read and clean", input_bytes) as progress:
         for index, (group, documents) in enumerate(zip(groups, cleaned, strict=True)):
             spills.append(work / f"cleaned-{index}.jsonl")
             counts[group.name], size = _spill(documents, spills[-1], progress)
             spilled_bytes += size
-    finally:
-        progress.close()
     weighted = groups[0].weight is not None
     plan = plan_mix(counts, {g.name: g.weight for g in groups} if weighted else None)
 
@@ -320,18 +317,14 @@ def _fresh(plan: list[MixedSource]) -> list[MixedSource]:
 
 
 def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokenizer:
-    progress = Progress(f"train {recipe.tokenizer} tokenizer", total_bytes)
-
-    def training_split() -> Iterator[str]:
+    def training_split(progress: Progress) -> Iterator[str]:
         for chunk in chunked(documents):
             progress.update(len(chunk), sum(len(t.encode("utf-8")) for t in chunk))
             yield from (t for t in chunk if split_of(t, recipe.validation_fraction) == "train")
 
-    try:
-        return train_tokenizer(training_split(), recipe.vocab_size, recipe.sentinels,
+    with Progress(f"train {recipe.tokenizer} tokenizer", total_bytes) as progress:
+        return train_tokenizer(training_split(progress), recipe.vocab_size, recipe.sentinels,
                                recipe.tokenizer)
-    finally:
-        progress.close()
 
 
 def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
@@ -342,8 +335,7 @@ def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, w
     writers = {split: TokenWriter(work, split, vocab_size) for split in SPLITS}
     stats = {split: TokenStats(vocab_size) for split in SPLITS}
     sizes = dict.fromkeys(SPLITS, 0)
-    progress = Progress("encode", int(total_bytes) if total_bytes else None)
-    try:
+    with Progress("encode", int(total_bytes) if total_bytes else None) as progress:
         for chunk, encodings in _encoded_ahead(chunks, tokenizer):
             routed: dict[str, list] = {split: [] for split in SPLITS}
             chunk_bytes = 0
@@ -362,8 +354,6 @@ def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, w
                     writers[split].add(flat, lengths, starts)
                     stats[split].add(flat, lengths)
             progress.update(len(chunk), chunk_bytes)
-    finally:
-        progress.close()
     splits = {split: {**writers[split].close(), "bytes": sizes[split]} for split in SPLITS}
     return splits, list(stats.values())
 

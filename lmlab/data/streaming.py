@@ -96,8 +96,15 @@ class Progress:
         self.bar.set_postfix_str(f"{self.documents:,} docs, {rate:,.0f} docs/s", refresh=False)
         self.bar.update(size_bytes)
 
-    def close(self) -> None:
-        if self.bar.total is not None:
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        """Leave the finished bar; a failed step's bar is cleared, so that the error alone
+        says what happened."""
+        if kind is not None:
+            self.bar.leave = False
+        elif self.bar.total is not None:
             self.bar.total = self.bar.n  # the input-size estimate was only an estimate
             self.bar.refresh()
         self.bar.close()

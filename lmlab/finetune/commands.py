@@ -7,7 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_config_options, add_run_arguments
+from lmlab.command_line import (
+    add_command,
+    add_config_options,
+    add_run_arguments,
+    check_input_file,
+)
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.train.commands import config_from_args
 from lmlab.train.config import field_specs
@@ -51,6 +56,8 @@ def predict_command(args: argparse.Namespace) -> int:
     from lmlab.finetune.predict import predict
     from lmlab.runs.run import load_run
 
+    if args.file is not None:
+        check_input_file(args.file)
     run = load_run(args.run_dir, args.checkpoint, args.device)
     texts = args.texts
     if args.file is None and not texts:

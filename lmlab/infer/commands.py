@@ -9,7 +9,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmlab.command_line import add_command, add_run_arguments, check_output_file
+from lmlab.command_line import (
+    add_command,
+    add_run_arguments,
+    check_input_file,
+    check_output_file,
+)
 from lmlab.infer.choices import POOLINGS
 
 if TYPE_CHECKING:
@@ -99,10 +104,7 @@ def _read_texts(args: argparse.Namespace) -> list[str] | None:
 
 
 def _read_lines(path: Path) -> list[str]:
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory; --file takes a text file, one text per line")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    check_input_file(path)
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:

@@ -6,6 +6,19 @@ from pathlib import Path
 
 from lmlab.atomic import atomic_write
 
+# What each validation loss term measures, in words.
+LOSS_WORDS = {"mlm": "masked tokens", "clm": "next token", "prefix": "next token after a prefix",
+              "span": "corrupted spans", "nsp": "next-sentence prediction"}
+
+
+def loss_name(key: str) -> str:
+    """'mlm/mlm_loss' → 'validation loss (masked tokens)'; a key it does not know, as it is."""
+    objective, _, term = key.removesuffix("_loss").rpartition("/")
+    if term not in LOSS_WORDS:
+        return f"validation {key}"
+    of = "" if objective in ("", term) else f", {objective}"
+    return f"validation loss ({LOSS_WORDS[term]}{of})"
+
 
 def _pyplot():
     import matplotlib
@@ -22,8 +35,8 @@ def _save(figure, out_path: Path) -> None:
     _pyplot().close(figure)
 
 
-def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str, ...] = ()
-                         ) -> None:
+def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str, ...] = (),
+                         title: str = "") -> None:
     """Train and validation loss against step (top), the validation `scores` such as a
     fine-tuned task's accuracy (middle, when given) and the learning rate (bottom)."""
     plt = _pyplot()
@@ -41,12 +54,15 @@ def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str,
         axes[1].set_ylabel("score")
         axes[1].legend()
         axes[1].grid(alpha=0.3)
-    loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+    loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train],
+                   label="training loss (batch by batch)")
     eval_keys = sorted({k for r in evals for k in r if k.endswith("_loss")})
     for key in eval_keys:
         points = [(r["step"], r[key]) for r in evals if key in r]
-        loss_axis.plot(*zip(*points, strict=True), marker="o", label=f"validation {key}")
+        loss_axis.plot(*zip(*points, strict=True), marker="o", label=loss_name(key))
     loss_axis.set_ylabel("loss (nats)")
+    if title:
+        loss_axis.set_title(title)
     loss_axis.legend()
     loss_axis.grid(alpha=0.3)
     lr_axis.plot([r["step"] for r in train], [r["lr"] for r in train], color="gray")

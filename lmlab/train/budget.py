@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022
@@ -42,3 +43,50 @@ def step_budget(steps: int | None, tokens: str | None, parameters: int,
 
 def steps_in_minutes(minutes: float, seconds_per_step: float) -> int:
     return max(1, int(minutes * 60 / seconds_per_step))
+
+
+def minutes_budget(minutes: float | None, steps: int | None) -> float | None:
+    """The time budget: the one given, or with no budget at all DEFAULT_MINUTES."""
+    return minutes if minutes is not None else (None if steps else DEFAULT_MINUTES)
+
+
+# Validations spread over a time budget, so that a short run plots a curve, each on about one
+# micro-batch per hundred trained (at least one, at most --eval-batches): a forward pass
+# costs a third of a training step, so the twelve take a few percent of the time. The mask
+# of a validation is fixed, so one micro-batch gives a smooth curve.
+DEADLINE_VALIDATIONS = 12
+DEADLINE_LOG_POINTS = 50  # training-loss points in its curve
+MICRO_BATCHES_PER_EVAL_BATCH = 100
+
+
+def deadline_eval_batches(total_micro_batches: int, asked: int) -> int:
+    return min(asked, max(1, total_micro_batches // MICRO_BATCHES_PER_EVAL_BATCH))
+
+
+class Deadline:
+    """A time budget kept however the machine's speed changes: the step count is re-estimated
+    after every step from the pace so far (validations included), leaving time for the final
+    validation, and validations are spread evenly over the time."""
+
+    def __init__(self, minutes: float, cap: int | None = None, validations: int = 0,
+                 clock=time.perf_counter) -> None:
+        self.seconds, self.cap, self.validations, self.clock = minutes * 60, cap, validations, clock
+        self.start = self.last_validation = clock()
+        self.validation_seconds = 0.0
+
+    def total_steps(self, step: int) -> int:
+        """The step count that ends on time at the pace of the `step` steps taken."""
+        elapsed = self.clock() - self.start
+        left = self.seconds - elapsed - self.validation_seconds
+        total = step + max(0, math.floor(left * step / max(elapsed, 1e-9)))
+        return total if self.cap is None else min(total, self.cap)
+
+    def validation_due(self) -> bool:
+        """Whether `validations` spread over the time call for one now."""
+        return bool(self.validations) and (
+            self.clock() - self.last_validation >= self.seconds / self.validations)
+
+    def validated(self, started: float) -> None:
+        """A validation that began at `started` (a reading of the clock) has ended."""
+        self.last_validation = self.clock()
+        self.validation_seconds = self.last_validation - started

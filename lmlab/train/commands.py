@@ -47,6 +47,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.data.dataset import open_or_prepare
     from lmlab.train.allocator import keep_freed_memory
     from lmlab.train.pretrain import pretrain
+    from lmlab.train.summary import print_summary
 
     config = config_from_args(args)
     check_before_data(config)
@@ -54,5 +55,5 @@ def pretrain_command(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         keep_freed_memory()  # process-wide, so here, not in the library's pretrain()
     out = pretrain(config, dataset)
-    print(f"run saved in {out}")
+    print_summary(out, dataset, config)
     return 0

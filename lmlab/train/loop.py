@@ -13,7 +13,7 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from lmlab.objectives.base import Batch, LossSum
 from lmlab.runs.checkpoints import checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
+from lmlab.train.budget import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
 from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
@@ -87,6 +88,8 @@ class Training:
     flops_per_token: float
     peak_flops: float  # of all ranks together
     scores: tuple[str, ...] = ()  # validation metrics plotted beside the losses
+    deadline: Deadline | None = None  # a time budget: the step count follows the pace
+    title: str = ""  # of the curves plot: what was trained
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -187,7 +190,9 @@ def run_training(t: Training) -> LoopState:
             state.nonfinite_streak = 0
             _optimizer_step(t)
             throughput.add(tokens)
-            if state.step % cfg.log_every == 0 or state.step == state.total_steps:
+            if t.deadline is not None:
+                _keep_to_deadline(t, bar)
+            if state.step % _log_every(t) == 0 or state.step == state.total_steps:
                 _log_step(t, log, bar, throughput, loss=loss, lr=lr, grad_norm=grad_norm,
                           terms=terms)
             if _validate_and_save(t, log, stopping):
@@ -197,7 +202,7 @@ def run_training(t: Training) -> LoopState:
         bar.close()
         log.close()
     if t.env.is_main:
-        log.plot(t.out / CURVES, t.scores)
+        log.plot(t.out / CURVES, t.scores, t.title)
     if stop.requested and t.env.is_main:
         print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
     return state
@@ -217,6 +222,26 @@ class Throughput:
         rate = self.tokens / max(time.perf_counter() - self.start, 1e-9)
         self.start, self.tokens = time.perf_counter(), 0
         return rate
+
+
+def _log_every(t: Training) -> int:
+    """--log-every; but a time budget left to validate as it sees fit logs often enough for
+    its curve to have DEADLINE_LOG_POINTS points."""
+    if t.deadline is None or not t.deadline.validations:
+        return t.cfg.log_every
+    return max(1, min(t.cfg.log_every, t.state.total_steps // DEADLINE_LOG_POINTS))
+
+
+def _keep_to_deadline(t: Training, bar: ProgressBar) -> None:
+    """Re-estimate the step count from the pace so far (rank 0's, for every rank), and
+    stretch or shrink the learning-rate schedule to it."""
+    state = t.state
+    total = distributed.from_rank_0(t.deadline.total_steps(state.step), t.env)
+    if total != state.total_steps:
+        state.total_steps = total
+        t.schedule = replace(t.schedule, total_steps=total,
+                             warmup_steps=min(t.schedule.warmup_steps, total))
+        bar.set_total(total)
 
 
 def _unscaled_grad_norm(t: Training) -> float:
@@ -268,8 +293,13 @@ def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> bool:
     state, cfg = t.state, t.cfg
     finished = state.step == state.total_steps
     improved = early_stop = False
-    if state.step % cfg.eval_every == 0 or finished:
+    deadline_due = t.deadline is not None and distributed.from_rank_0(
+        t.deadline.validation_due(), t.env)
+    if state.step % cfg.eval_every == 0 or finished or deadline_due:
+        started = time.perf_counter()
         metrics = t.validate()
+        if t.deadline is not None:
+            t.deadline.validated(started)
         log.log("eval", state.step, **metrics)
         improved = t.headline(metrics) < state.best_eval
         if improved:

@@ -62,10 +62,10 @@ class MetricsLog:
             for name, value in scalars.items():
                 self.tensorboard.add_scalar(f"{kind}/{name}", value, step)
 
-    def plot(self, out_path: Path, scores: tuple[str, ...] = ()) -> None:
+    def plot(self, out_path: Path, scores: tuple[str, ...] = (), title: str = "") -> None:
         from lmlab.report.plots import plot_training_curves
 
-        plot_training_curves(read_metrics(self.run_dir), out_path, scores)
+        plot_training_curves(read_metrics(self.run_dir), out_path, scores, title)
 
     def close(self) -> None:
         if self.file is not None:
@@ -86,6 +86,10 @@ class ProgressBar:
         self.bar.update(step - self.bar.n)
         self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
                              tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+
+    def set_total(self, total_steps: int) -> None:
+        self.bar.total = total_steps
+        self.bar.refresh()
 
     def close(self) -> None:
         self.bar.close()

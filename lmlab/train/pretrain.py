@@ -20,7 +20,14 @@ from lmlab.presets import preset
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import TOKENIZER, prepare_run_dir
 from lmlab.train import distributed
-from lmlab.train.budget import DEFAULT_MINUTES, step_budget, steps_in_minutes
+from lmlab.train.budget import (
+    DEADLINE_VALIDATIONS,
+    Deadline,
+    deadline_eval_batches,
+    minutes_budget,
+    step_budget,
+    steps_in_minutes,
+)
 from lmlab.train.config import TrainConfig
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
@@ -44,12 +51,14 @@ def auto_family(objective: Objective) -> str:
     return "gpt2" if objective.can_generate else "bert"
 
 
-def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
+def preset_name(cfg: TrainConfig, objective: Objective) -> str:
     """The preset asked for; `auto` is the mini size of the objective's `auto_family`."""
-    name = cfg.model
-    if name == "auto":
-        name = f"{auto_family(objective)}-mini"
-    return preset(name, special.vocab_size, cfg.seq_len, **cfg.model_overrides)
+    return f"{auto_family(objective)}-mini" if cfg.model == "auto" else cfg.model
+
+
+def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
+    return preset(preset_name(cfg, objective), special.vocab_size, cfg.seq_len,
+                  **cfg.model_overrides)
 
 
 def micro_batches_per_step(cfg: TrainConfig, env: distributed.Env) -> tuple[int, int]:
@@ -121,7 +130,11 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             _total_steps(cfg, model, objective, special, micro_size, accumulation), env)
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
-    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env)
+    deadline = None if saved is not None else _deadline(cfg, model)  # resumed: the last plan
+    eval_count = cfg.eval_batches
+    if deadline is not None and deadline.validations:
+        eval_count = deadline_eval_batches(state.total_steps * accumulation, eval_count)
+    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env, eval_count)
     warmup = cfg.warmup_steps
     if warmup is None:
         warmup = min(1000, state.total_steps // 20)
@@ -135,32 +148,50 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         headline=headline_loss, out=out, state=state,
         flops_per_token=flops_per_token(model_cfg, cfg.seq_len,
                                         objective.predicted_fraction(micro_size, cfg.seq_len)),
-        peak_flops=all_ranks_peak_flops(cfg.precision, env))
+        peak_flops=all_ranks_peak_flops(cfg.precision, env), deadline=deadline,
+        title=f"{preset_name(cfg, objective)} pre-trained with {cfg.objective}")
     run_training(training)
     distributed.teardown()
     return out
 
 
 def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,
-                 env) -> list:
+                 env, count: int) -> list:
     batches = BlockBatches(dataset.validation, cfg.seq_len, micro_size,
                            packing(cfg, objective), block_pad_id(dataset.special),
                            dataset.special.sep, seed=0, rank=env.rank, world_size=env.world_size)
-    count = min(cfg.eval_batches, batches.batches_per_epoch)
+    count = min(count, batches.batches_per_epoch)
     return [batches.batch(i).tokens for i in range(count)]
 
 
 def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
                  special: SpecialTokens, micro_size: int, accumulation: int) -> int:
-    tokens_per_step = cfg.batch_size * cfg.seq_len
-    steps = step_budget(cfg.steps, cfg.tokens, model.num_parameters(), tokens_per_step)
-    minutes = cfg.minutes if cfg.minutes is not None else (None if steps else DEFAULT_MINUTES)
+    steps = _step_cap(cfg, model)
+    minutes = minutes_budget(cfg.minutes, steps)
     if minutes is None:
         return steps
-    timings = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
-                           runs=2)  # the faster of two: the first pays for warming up
-    timed = steps_in_minutes(minutes, accumulation * min(timings))
+    # One timing, though it pays for warming up: the run's Deadline corrects the estimate.
+    (timing,) = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
+                             runs=1)
+    timed = steps_in_minutes(minutes, accumulation * timing)
     return min(steps, timed) if steps else timed
+
+
+def _step_cap(cfg: TrainConfig, model: LanguageModel) -> int | None:
+    return step_budget(cfg.steps, cfg.tokens, model.num_parameters(),
+                       cfg.batch_size * cfg.seq_len)
+
+
+def _deadline(cfg: TrainConfig, model: LanguageModel) -> Deadline | None:
+    """The time budget the loop keeps to; None for step and token budgets. Unless told how
+    often to validate, a time-budgeted run validates DEADLINE_VALIDATIONS times, so that even
+    a short run plots a curve."""
+    cap = _step_cap(cfg, model)
+    minutes = minutes_budget(cfg.minutes, cap)
+    if minutes is None:
+        return None
+    spread = cfg.eval_every == TrainConfig.eval_every
+    return Deadline(minutes, cap, DEADLINE_VALIDATIONS if spread else 0)
 
 
 def step_seconds(model: LanguageModel, objective: Objective, special: SpecialTokens, rows: int,
