@@ -103,4 +103,13 @@ def test_a_deadline_spreads_its_validations_over_the_time():
             due.append(second)
             deadline.validated(started=clock.now)
     assert due == list(range(5, 61, 5))
+    clock.now = 0.0
+    slow = Deadline(minutes=1.0, validations=12, clock=clock)
+    clock.now = 8.0
+    assert slow.validation_due()
+    slow.validated(started=5.0)  # 3 s each: at most one every 15 s, a fifth of the time
+    clock.now = 22.0
+    assert not slow.validation_due()
+    clock.now = 23.0
+    assert slow.validation_due()
     assert not Deadline(minutes=1.0, clock=clock).validation_due()  # none asked for

@@ -56,6 +56,7 @@ def minutes_budget(minutes: float | None, steps: int | None) -> float | None:
 # of a validation is fixed, so one micro-batch gives a smooth curve.
 DEADLINE_VALIDATIONS = 12
 DEADLINE_LOG_POINTS = 50  # training-loss points in its curve
+VALIDATION_SHARE_LIMIT = 5  # a validation waits at least this many times its own duration
 MICRO_BATCHES_PER_EVAL_BATCH = 100
 
 
@@ -82,9 +83,11 @@ class Deadline:
         return total if self.cap is None else min(total, self.cap)
 
     def validation_due(self) -> bool:
-        """Whether `validations` spread over the time call for one now."""
-        return bool(self.validations) and (
-            self.clock() - self.last_validation >= self.seconds / self.validations)
+        """Whether `validations` spread over the time call for one now; on a machine so slow
+        that they would take more than a fifth of it, fewer."""
+        interval = max(self.seconds / max(self.validations, 1),
+                       VALIDATION_SHARE_LIMIT * self.validation_seconds)
+        return bool(self.validations) and self.clock() - self.last_validation >= interval
 
     def validated(self, started: float) -> None:
         """A validation that began at `started` (a reading of the clock) has ended."""
