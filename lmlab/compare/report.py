@@ -18,7 +18,7 @@ from lmlab.atomic import write_text_atomic
 from lmlab.compare.analysis import Analysis
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.measures import MINIMAL_PAIRS, measure_of, pair_groups
-from lmlab.report.plots import _pyplot, _save
+from lmlab.report.plots import pyplot, save_png
 
 PNGS = ("curves.png", "differences.png", "phenomena.png", "probes.png")
 
@@ -86,7 +86,7 @@ def _colours(cfg: CompareConfig) -> dict[str, str]:
 
 
 def _plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     measures = sorted({r.measure for r in analysis.rows})
     columns = min(3, len(measures))
     lines = -(-len(measures) // columns)
@@ -112,11 +112,11 @@ def _plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
         axis.legend(fontsize=7)
     figure.suptitle("score against compute (band: range over pre-training seeds)", fontsize=10)
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
 
 
 def _plot_differences(analysis: Analysis, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     verdicts = analysis.verdicts
     figure, axis = plt.subplots(figsize=(8, 0.45 * len(verdicts) + 1.5))
     for row, pair in enumerate(verdicts):
@@ -131,11 +131,11 @@ def _plot_differences(analysis: Analysis, path: Path) -> None:
     axis.set_xlabel("advantage of the first objective (95% interval); right = first is better")
     axis.set_title("paired differences at the full budget", fontsize=10)
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
 
 
 def _plot_phenomena(table: dict, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     objectives = list(table)
     phenomena = list(next(iter(table.values())))
     grid = np.array([[table[o][p] for o in objectives] for p in phenomena])
@@ -146,11 +146,11 @@ def _plot_phenomena(table: dict, path: Path) -> None:
     figure.colorbar(image, label="minimal-pair accuracy")
     axis.set_title("minimal pairs by phenomenon (full budget, mean over seeds)", fontsize=10)
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
 
 
 def _plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     full = max(cfg.fractions)
     measures = sorted({m for m, _, _ in analysis.scores if measure_of(m).kind == "probe"})
     figure, axes = plt.subplots(1, len(measures), figsize=(4 * len(measures), 3.4),
@@ -164,7 +164,7 @@ def _plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
         axis.set_title(measure, fontsize=9)
     figure.suptitle("fine-tuning runs (each pre-training seed × fine-tuning seed)", fontsize=10)
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
 
 
 def _inline(path: Path) -> str:

@@ -20,7 +20,8 @@ def loss_name(key: str) -> str:
     return f"validation loss ({LOSS_WORDS[term]}{of})"
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display on a server)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,17 +30,18 @@ def _pyplot():
     return plt
 
 
-def _save(figure, out_path: Path) -> None:
+def save_png(figure, out_path: Path) -> None:
+    """Write `figure` as a PNG atomically and free it."""
     with atomic_write(Path(out_path), "wb") as f:
         figure.savefig(f, format="png", dpi=100)
-    _pyplot().close(figure)
+    pyplot().close(figure)
 
 
 def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str, ...] = (),
                          title: str = "") -> None:
     """Train and validation loss against step (top), the validation `scores` such as a
     fine-tuned task's accuracy (middle, when given) and the learning rate (bottom)."""
-    plt = _pyplot()
+    plt = pyplot()
     train = [r for r in metrics if r.get("kind") == "train" and "lr" in r]
     evals = [r for r in metrics if r.get("kind") == "eval"]
     ratios = [3, 2, 1] if scores else [3, 1]
@@ -69,12 +71,12 @@ def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str,
     lr_axis.set_ylabel("learning rate")
     lr_axis.set_xlabel("step")
     figure.tight_layout()
-    _save(figure, out_path)
+    save_png(figure, out_path)
 
 
 def plot_confusion_matrix(matrix, labels: list[str], out_path: Path) -> None:
     """Counts of gold (rows) against predicted (columns) labels, each cell annotated."""
-    plt = _pyplot()
+    plt = pyplot()
     size = max(4.0, 0.6 * len(labels) + 2)
     figure, axis = plt.subplots(figsize=(size, size))
     axis.imshow(matrix, cmap="Blues")
@@ -89,4 +91,4 @@ def plot_confusion_matrix(matrix, labels: list[str], out_path: Path) -> None:
             axis.text(column, row, str(value), ha="center", va="center",
                       color="white" if value > peak / 2 else "black")
     figure.tight_layout()
-    _save(figure, out_path)
+    save_png(figure, out_path)
