@@ -193,3 +193,9 @@ def test_t_quantiles_match_tables():
     table = {1: 12.706, 2: 4.303, 5: 2.571, 30: 2.042, 1000: 1.962}
     for df, quantile in table.items():
         assert _t_quantile(0.95, df) == pytest.approx(quantile, abs=1e-3)
+
+
+def test_identical_scores_claim_no_power():
+    same = np.full((2, 1, 5), 0.5)
+    (found,) = verdicts({"accuracy": paired_bootstrap(same, same)})
+    assert found.text == "no detectable difference (identical scores in every run and item)"

@@ -128,7 +128,8 @@ def _plot_differences(analysis: Analysis, path: Path) -> None:
     axis.set_yticks(range(len(verdicts)),
                     [f"{p.verdict.measure}: {p.a} vs {p.b}" for p in verdicts], fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("advantage of the first objective (95% interval); right = first is better")
+    axis.set_xlabel("advantage of the first objective, 95% interval (right: first better)",
+                    fontsize=8)
     axis.set_title("paired differences at the full budget", fontsize=10)
     figure.tight_layout()
     save_png(figure, path)

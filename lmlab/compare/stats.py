@@ -62,6 +62,9 @@ class Verdict:
     @property
     def text(self) -> str:
         d = self.difference
+        if self.says == NO_DIFFERENCE and d.standard_error == 0:
+            # nothing varied: no run or item told the two apart, so no power can be claimed
+            return f"{NO_DIFFERENCE} (identical scores in every run and item)"
         if self.says == NO_DIFFERENCE:
             return f"{NO_DIFFERENCE} (this design detects ≥ {d.minimum_detectable:.3g})"
         # The interval of the named side's advantage, so both numbers read as "better by".
