@@ -142,7 +142,7 @@ def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch)
     (dict(tokens="1M", family="t5"), "unknown family 't5'; choose from auto, bert"),
     (dict(tokens="1M", objective="bert"), "unknown objective 'bert'"),
     (dict(tokens="1M", steps_to_time=0), "steps_to_time must be at least 1"),
-    (dict(tokens="1M", seq_len=0), "seq_len must be at least 1"),
+    (dict(tokens="1M", seq_len=0), "seq_len must be at least 2"),
 ])
 def test_bad_input_is_one_line(data, arguments, message):
     with pytest.raises(ValueError) as error:

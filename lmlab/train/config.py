@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from dataclasses import asdict, dataclass, fields
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from lmlab.documented import check_choices, documented
 from lmlab.objectives.options import ObjectiveOptions
+from lmlab.train.budget import parse_count
 
 try:
     import tomllib
@@ -69,8 +71,10 @@ class LoopConfig:
         for name in ("batch_size", "eval_every", "checkpoint_every", "log_every", "patience"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         if self.resume and self.overwrite:
             raise ValueError("choose --resume or --overwrite, not both")
 
@@ -105,8 +109,18 @@ class TrainConfig(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.seq_len < 1:
-            raise ValueError(f"seq_len must be at least 1, got {self.seq_len}")
+        # every budget is checked here, before a run directory is written, so that a corrected
+        # command does not find a half-made run in its way
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
+                             f"predict), got {self.seq_len}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
+            raise ValueError(f"minutes must be a positive number, got {self.minutes}")
+        if self.tokens is not None and self.tokens != "chinchilla":
+            if parse_count(self.tokens) < 1:
+                raise ValueError(f"tokens must be at least 1, got {self.tokens}")
 
 
 def _reduced(hint: Any) -> Any:
