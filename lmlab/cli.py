@@ -12,6 +12,7 @@ from lmlab.eval.commands import add_eval_command
 from lmlab.export.commands import add_export_commands
 from lmlab.finetune.commands import add_finetune_commands
 from lmlab.infer.commands import add_infer_commands
+from lmlab.serve.commands import add_serve_command
 from lmlab.train.commands import add_pretrain_command
 
 # Errors that describe bad input or a run that cannot go on: one line, no traceback. Anything
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_finetune_commands(commands)
     add_export_commands(commands)
     add_compare_commands(commands)
+    add_serve_command(commands)
     return parser
 
 

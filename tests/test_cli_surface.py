@@ -57,6 +57,7 @@ SURFACE = {
                  "--precision", "--prefix-len", "--random-prob", "--resume", "--schedule",
                  "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
                  "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
+    "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }
 PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern")
            for size in ("tiny", "mini", "small", "medium", "base")]

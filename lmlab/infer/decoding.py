@@ -9,7 +9,7 @@ is causal. A cached step equals a full forward over the same tokens (tests/test_
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -38,8 +38,10 @@ def _prefill_mask(lengths: Tensor, padded_len: int, prefix_lens: Sequence[int] |
 @torch.inference_mode()
 def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sampling,
            max_new_tokens: int, pad_id: int, prefix_lens: Sequence[int] | None = None,
-           generator: torch.Generator | None = None) -> Iterator[Tensor]:
-    """Yield the (B,) next tokens of all prompts, step by step.
+           generator: torch.Generator | None = None,
+           on_step: Callable[[Tensor, Tensor], None] | None = None) -> Iterator[Tensor]:
+    """Yield the (B,) next tokens of all prompts, step by step; `on_step(logits, chosen)`
+    sees each step's (B, V) logits beside its choice (to show the alternatives).
 
     `prefix_lens[b]` tokens at the start of prompt b are read bidirectionally (None: the
     prompts are causal). Stops after `max_new_tokens` steps or when the context is full;
@@ -80,6 +82,8 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
     step_mask = MaskSpec("causal")  # one new token may see every cached one
     for step in range(steps):
         chosen = next_tokens(logits, sampling, seen, generator)
+        if on_step is not None:
+            on_step(logits, chosen)
         yield chosen
         if step == steps - 1:
             return

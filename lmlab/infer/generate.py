@@ -194,8 +194,9 @@ def _advance(row: _Row, token: int, run: Run, ignore_eos: bool) -> str:
     return piece
 
 
-def _run(run: Run, rows: list[_Row], max_new_tokens: int,
-         options: GenerationOptions) -> Iterator[tuple[int, str]]:
+def _run(run: Run, rows: list[_Row], max_new_tokens: int, options: GenerationOptions,
+         on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+         ) -> Iterator[tuple[int, str]]:
     """Generate every row; yields (row index, text piece) as continuations become safe to
     show, and leaves each row's tokens and finish reason in `rows`."""
     generator = None
@@ -205,7 +206,7 @@ def _run(run: Run, rows: list[_Row], max_new_tokens: int,
     steps_taken = 0
     for tokens in decode(run.model, [row.prompt.ids for row in rows], options.sampling,
                          max_new_tokens, run.special.padding_id,
-                         prefix_lens if any(prefix_lens) else None, generator):
+                         prefix_lens if any(prefix_lens) else None, generator, on_step):
         steps_taken += 1
         for index, (row, token) in enumerate(zip(rows, tokens.tolist(), strict=True)):
             if row.finish_reason is None:
@@ -258,16 +259,18 @@ def generate(run: Run, prompts: Text | Sequence[Text], max_new_tokens: int = 50,
 
 
 def stream(run: Run, prompt: Text, max_new_tokens: int = 50,
+           on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
            **options) -> Iterator[str]:
     """Yield the continuation of one prompt piece by piece as it is generated (an infilled
-    text comes whole at the end); `options` as for `generate`, one sample."""
+    text comes whole at the end); `options` as for `generate`, one sample. `on_step(logits,
+    chosen)` sees every step's (1, V) logits and chosen token, before the piece it makes."""
     settings = GenerationOptions(**options)
     items, single = as_batch(prompt)
     if not single or settings.num_samples != 1:
         raise ValueError("stream takes one prompt and gives one sample; use generate for more")
     run.require_tokenizer()  # the pieces are text
     rows = _start_rows(run, items, max_new_tokens, settings)
-    for _, piece in _run(run, rows, max_new_tokens, settings):
+    for _, piece in _run(run, rows, max_new_tokens, settings, on_step):
         yield piece
     if rows[0].prompt.mode == "infill":
         yield str(_result(run, rows[0]))

@@ -1,0 +1,1 @@
+"""`lmlab serve`: a local web playground and JSON API over trained runs."""

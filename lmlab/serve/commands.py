@@ -1,0 +1,44 @@
+"""`lmlab serve`: the playground page and its JSON API for the runs given."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+from pathlib import Path
+
+from lmlab.command_line import add_command, add_device_argument
+
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    serve = add_command(commands, "serve", handler=serve_command,
+                        help="a local web page (and JSON API) to try runs in a browser")
+    serve.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                       help="run directories to serve; the page addresses them by name")
+    serve.add_argument("--port", type=int, default=8000, help="the port to listen on")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on; the default reaches this machine only")
+    serve.add_argument("--max-generations", type=int, default=2,
+                       help="generations streamed at once; more are refused until one ends")
+    add_device_argument(serve)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from lmlab.runs.run import usable_device
+    from lmlab.serve.runs import RunTable
+    from lmlab.serve.server import PlaygroundServer
+
+    if args.max_generations < 1:
+        raise ValueError(f"--max-generations must be at least 1, got {args.max_generations}")
+    runs = RunTable.load(args.runs, usable_device(args.device))
+    try:
+        server = PlaygroundServer(runs, args.host, args.port, args.max_generations)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise ValueError(f"port {args.port} on {args.host} is in use; pick another, such as "
+                         f"--port {args.port + 1}") from None
+    names = ", ".join(served.name for served in runs.served)
+    print(f"serving {names} at {server.url} (Ctrl-C to stop)", flush=True)
+    with server:
+        server.serve_forever()
+    return 0

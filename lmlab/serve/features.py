@@ -1,0 +1,86 @@
+"""The API's answers that come whole (everything but generation), each from the library
+function the command line uses, so a run answers the page as it answers the CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import torch
+
+from lmlab.infer.inputs import encode, reading_document
+from lmlab.model import MaskSpec
+from lmlab.serve.errors import ApiError
+from lmlab.serve.fields import bounded, field, texts
+from lmlab.serve.runs import ServedRun, attention_kinds, token_text
+
+MAX_TOP_K = 50
+MAX_GRID_TOKENS = 128  # a grid is tokens² cells
+
+
+def fill_mask(served: ServedRun, body: dict) -> dict:
+    from lmlab.infer.fill_mask import fill_mask as fill
+
+    text = field(body, "text", str)
+    top_k = bounded(body, "top_k", 5, 1, MAX_TOP_K)
+    masks = fill(served.run, text, top_k)
+    return {"text": text, "masks": [[asdict(c) for c in mask] for mask in masks]}
+
+
+def embed(served: ServedRun, body: dict) -> dict:
+    from lmlab.infer.embed import embed as vectors_of
+
+    given = texts(body, least=2)
+    pooling = field(body, "pooling", str, "mean")
+    vectors = torch.from_numpy(vectors_of(served.run, given, pooling, normalize=True))
+    return {"texts": given, "similarity": (vectors @ vectors.T).tolist()}
+
+
+def predict(served: ServedRun, body: dict) -> dict:
+    from lmlab.finetune.predict import predict as predictions
+
+    given = texts(body)
+    results = predictions(served.run, given, all_scores=True)
+    return {"task": served.task, "texts": given, "predictions": results}
+
+
+def attention(served: ServedRun, body: dict) -> dict:
+    """Who may attend to whom in `text` (one document per line, packed into one row as in
+    training) under each policy the run trained with; the cells are MaskSpec.allowed, the
+    model's own mask. A prefix policy splits at `prefix_len` (default: half the row)."""
+    run = served.run
+    documents = [line for line in field(body, "text", str).splitlines() if line.strip()]
+    if not documents:
+        raise ApiError(400, "'text' is empty")
+    ids, segments = [], []
+    for number, document in enumerate(documents, 1):
+        row = reading_document(run, encode(run, document))[0]
+        ids += row
+        segments += [number] * len(row)
+    if len(ids) > MAX_GRID_TOKENS:
+        raise ApiError(400, f"the text is {len(ids)} tokens; the grid shows at most "
+                       f"{MAX_GRID_TOKENS}")
+    split = bounded(body, "prefix_len", max(1, len(ids) // 2), 1, len(ids))
+    grids = []
+    for kind in field(body, "kinds", list, attention_kinds(run)):
+        if kind not in ("bidirectional", "causal", "prefix"):
+            raise ApiError(400, f"unknown attention kind {kind!r}")
+        prefix = torch.tensor([split]) if kind == "prefix" else None
+        spec = MaskSpec(kind, prefix_len=prefix, segment_ids=torch.tensor([segments]))
+        grids.append({"kind": kind, "allowed": spec.allowed(len(ids), len(ids))[0].tolist()})
+    return {"tokens": [token_text(run, i) for i in ids], "segments": segments,
+            "prefix_len": split, "grids": grids}
+
+
+def metrics(served: ServedRun, after: int) -> dict:
+    """The rows of the run's metrics.jsonl from row `after` on, for curves that poll."""
+    if not served.metrics_path.is_file():
+        raise ApiError(404, f"run {served.name!r} has no metrics")
+    lines = served.metrics_path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for line in lines[after:]:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # the line training is writing right now
+            break
+    return {"rows": rows, "next": after + len(rows)}

@@ -1,0 +1,85 @@
+"""The runs a server was started with, addressed by name or index: the only models (and the
+only files) a request can reach."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmlab.finetune.qa_task import CONTEXT_SEPARATOR
+from lmlab.runs import Run
+from lmlab.runs.layout import METRICS
+from lmlab.serve.errors import ApiError
+
+
+@dataclass
+class ServedRun:
+    name: str
+    run: Run
+
+    @property
+    def task(self) -> str | None:
+        """The fine-tuned task's kind (classify, qa, ner, …), None for a pre-trained run."""
+        return self.run.config.get("train", {}).get("task") if "task" in self.run.config else None
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run.path / METRICS
+
+    def describe(self, index: int) -> dict:
+        objective = self.run.objective
+        fills = (objective.fill_mask_head is not None
+                 and objective.fill_mask_head[0] in self.run.model.heads)
+        return {
+            "index": index, "name": self.name, "objective": self.run.spec,
+            "task": self.task, "context": self.run.max_seq_len,
+            # how a QA run's question and context (or a pair's two texts) join into one text
+            "separator": CONTEXT_SEPARATOR if self.task in ("qa", "pairs") else None,
+            "attention": attention_kinds(self.run),
+            "can": {"fill_mask": fills and self.task is None,
+                    "generate": objective.can_generate and self.task is None,
+                    "embed": True, "predict": self.task is not None,
+                    "metrics": self.metrics_path.is_file()},
+        }
+
+
+def attention_kinds(run: Run) -> list[str]:
+    """Each attention policy the run's objective trained with, once, in the objective's order."""
+    return list(dict.fromkeys(leaf.traits.attention for leaf in run.objective.leaves()))
+
+
+def token_text(run: Run, token_id: int) -> str:
+    if run.tokenizer is None:
+        return str(token_id)
+    return run.tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+class RunTable:
+    def __init__(self, runs: dict[str, Run]) -> None:
+        self.served = [ServedRun(name, run) for name, run in runs.items()]
+
+    @classmethod
+    def load(cls, paths: list[Path], device: str = "cpu") -> RunTable:
+        """Each run by its directory's name; a repeated name gets its position appended."""
+        from lmlab.runs import load_run
+
+        runs: dict[str, Run] = {}
+        for index, path in enumerate(paths):
+            name = path.resolve().name
+            runs[name if name not in runs else f"{name}-{index}"] = load_run(path, device=device)
+        return cls(runs)
+
+    def describe(self) -> list[dict]:
+        return [served.describe(index) for index, served in enumerate(self.served)]
+
+    def get(self, key) -> ServedRun:
+        """A run by name, or by index (an int, or digits in a query string)."""
+        if isinstance(key, str) and key.isdigit():
+            key = int(key)
+        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(self.served):
+            return self.served[key]
+        for served in self.served:
+            if served.name == key:
+                return served
+        names = ", ".join(s.name for s in self.served)
+        raise ApiError(404, f"no run {key!r}; this server has {names}")
