@@ -2,6 +2,9 @@
 two training steps each on a toy text (enough for every path, not for good answers)."""
 
 import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -9,6 +12,8 @@ import torch
 from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.serve.runs import RunTable
+from lmlab.serve.server import PlaygroundServer
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
@@ -49,3 +54,16 @@ def make_runs(root: Path) -> dict[str, str]:
     finally:
         torch.set_num_threads(threads)
     return made
+
+
+@contextmanager
+def serving(runs: dict[str, str], max_generations: int = 1) -> Iterator[PlaygroundServer]:
+    """The runs served from a thread, on a free port."""
+    server = PlaygroundServer(RunTable.load([Path(path) for path in runs.values()]), port=0,
+                              max_generations=max_generations)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

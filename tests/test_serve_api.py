@@ -4,16 +4,12 @@ the server in a thread on a free port."""
 import http.client
 import json
 import socket
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from lmlab.cli import main
-from lmlab.serve.runs import RunTable
-from lmlab.serve.server import PlaygroundServer
-from tests.serve_runs import make_runs
+from tests.serve_runs import make_runs, serving
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +19,8 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(runs):
-    table = RunTable.load([Path(path) for path in runs.values()])
-    server = PlaygroundServer(table, port=0, max_generations=1)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(runs) as server:
+        yield server
 
 
 def request(server, method: str, path: str, body=None, raw: bytes | None = None):

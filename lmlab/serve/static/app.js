@@ -256,6 +256,7 @@ function plot(canvas, series) {
       const px = pad + (x - x0) / (x1 - x0) * (canvas.width - 2 * pad);
       const py = canvas.height - pad - (y - y0) / (y1 - y0) * (canvas.height - 2 * pad);
       j ? g.lineTo(px, py) : g.moveTo(px, py);
+      g.fillRect(px - 2, py - 2, 4, 4);  // a lone point (one validation) shows too
     });
     g.stroke();
     g.fillText(s.label, pad + i * 110, 12);

@@ -1,0 +1,111 @@
+"""The `lmlab serve` page in a real browser (headless Chromium through Playwright): what a
+person typing and clicking sees. Screenshots go to test-artifacts/."""
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.serve_runs import make_runs, serving
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"  # Debian's, installed by setup.sh
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serving(make_runs(tmp_path_factory.mktemp("serve"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(server, browser, request):
+    """`open_page("?run=mlm")` → the page; its screenshot is saved when the test ends."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(20_000)
+
+    def at(query: str = ""):
+        page.goto(server.url + "/" + query)
+        expect(page.locator("#run-a option")).to_have_count(4)
+        return page
+
+    yield at
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"serve-{request.node.name}.png", full_page=True)
+    page.close()
+
+
+def test_fill_mask_draws_a_bar_per_candidate(open_page):
+    page = open_page("?run=mlm")
+    page.fill("#fill-mask input[name=text]", "the cat [MASK] home")
+    page.fill("#fill-mask input[name=top_k]", "4")
+    page.click("#fill-mask button")
+    bars = page.locator("#fill-mask .bar")
+    expect(bars).to_have_count(4)
+    shown = [float(p) for p in page.locator("#fill-mask .bar .p").all_inner_texts()]
+    assert shown == sorted(shown, reverse=True) and 0 < sum(shown) <= 1
+    assert bars.first.locator(".fill").get_attribute("style").startswith("width:")
+    expect(page.locator("#error")).to_be_hidden()
+
+
+def test_generation_streams_pieces_with_their_alternatives(open_page):
+    page = open_page("?run=clm")
+    page.fill("#generate input[name=prompt]", "the cat")
+    page.fill("#generate input[name=max_new_tokens]", "12")
+    page.fill("#generate input[name=seed]", "3")
+    page.click("#generate button:not(.stop)")
+    expect(page.locator('#generate .pane[data-done="true"]')).to_have_count(1)
+    pieces = page.locator("#generate .piece")
+    assert pieces.count() >= 2  # drawn event by event, not as one block at the end
+    assert page.locator("#generate .output").inner_text().startswith("the cat")
+    pieces.first.hover()
+    assert pieces.first.get_attribute("title").count("\n") >= 5  # the token and 5 others
+
+
+def test_attention_grids_differ_by_policy_side_by_side(open_page):
+    page = open_page("?run=mlm&beside=clm")
+    page.fill("#attention textarea", "the cat")
+    page.fill("#attention input[name=prefix_len]", "2")
+    page.check("#attention input[name=all]")
+    page.click("#attention button")
+    expect(page.locator("#attention table.grid")).to_have_count(6)  # 3 policies × 2 runs
+    pane = page.locator('#attention .pane[data-run="clm"]')
+    n = pane.locator("table[data-kind=causal] tbody tr").count()
+    assert n >= 3  # the text's tokens and its closing [EOS]
+
+    def allowed(kind: str) -> int:
+        return pane.locator(f"table[data-kind={kind}] td.on").count()
+
+    assert allowed("bidirectional") == n * n
+    assert allowed("causal") == n * (n + 1) // 2
+    assert allowed("prefix") == n * (n + 1) // 2 + 1  # the first token also sees the second
+    query, key = pane.locator("table[data-kind=causal] td.on").first.get_attribute(
+        "title").split(" → ")
+    assert query == key  # the first token sees only itself
+
+
+def test_embeddings_and_a_fine_tuned_classifier(open_page):
+    page = open_page("?run=classify")
+    page.click("#embed button")
+    expect(page.locator("#embed table.sim tr")).to_have_count(3)
+    page.click("#predict button")
+    expect(page.locator("#predict .bar")).to_have_count(2)  # one bar per label
+
+
+def test_a_bad_request_shows_the_error(open_page):
+    page = open_page("?run=mlm")
+    page.fill("#fill-mask input[name=text]", "no mask here")
+    page.click("#fill-mask button")
+    expect(page.locator("#error")).to_be_visible()
+    expect(page.locator("#error")).to_contain_text("has no [MASK] token")
