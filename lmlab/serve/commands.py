@@ -23,6 +23,7 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from lmlab.infer.threads import threads_for
     from lmlab.runs.run import usable_device
     from lmlab.serve.runs import RunTable
     from lmlab.serve.server import PlaygroundServer
@@ -39,6 +40,8 @@ def serve_command(args: argparse.Namespace) -> int:
                          f"--port {args.port + 1}") from None
     names = ", ".join(served.name for served in runs.served)
     print(f"serving {names} at {server.url} (Ctrl-C to stop)", flush=True)
-    with server:
+    # Each request reads one prompt or a few texts: one CPU thread each, as for the CLI's
+    # commands, and concurrent requests spread over the cores.
+    with threads_for(1), server:
         server.serve_forever()
     return 0

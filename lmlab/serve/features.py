@@ -12,7 +12,7 @@ from lmlab.infer.inputs import encode, reading_document
 from lmlab.model import MaskSpec
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field, texts
-from lmlab.serve.runs import ServedRun, attention_kinds, token_text
+from lmlab.serve.runs import ServedRun, attention_kinds, token_texts
 
 MAX_TOP_K = 50
 MAX_GRID_TOKENS = 128  # a grid is tokens² cells
@@ -68,7 +68,7 @@ def attention(served: ServedRun, body: dict) -> dict:
         prefix = torch.tensor([split]) if kind == "prefix" else None
         spec = MaskSpec(kind, prefix_len=prefix, segment_ids=torch.tensor([segments]))
         grids.append({"kind": kind, "allowed": spec.allowed(len(ids), len(ids))[0].tolist()})
-    return {"tokens": [token_text(run, i) for i in ids], "segments": segments,
+    return {"tokens": token_texts(run, ids), "segments": segments,
             "prefix_len": split, "grids": grids}
 
 

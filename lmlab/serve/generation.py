@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field
-from lmlab.serve.runs import ServedRun, token_text
+from lmlab.serve.runs import ServedRun, token_texts
 
 MAX_NEW_TOKENS = 512
 ALTERNATIVES = 5
@@ -63,10 +63,10 @@ def events(served: ServedRun, body: dict) -> Iterator[dict]:
         probabilities = logits[0].float().softmax(-1)
         top, ids = probabilities.topk(min(ALTERNATIVES, len(probabilities)))
         token = int(chosen[0])
-        steps.append({"token": token_text(run, token),
-                      "probability": float(probabilities[token]),
-                      "alternatives": [{"token": token_text(run, i), "probability": p}
-                                       for i, p in zip(ids.tolist(), top.tolist(), strict=True)]})
+        texts = token_texts(run, [token, *ids.tolist()])
+        steps.append({"token": texts[0], "probability": float(probabilities[token]),
+                      "alternatives": [{"token": text, "probability": p}
+                                       for text, p in zip(texts[1:], top.tolist(), strict=True)]})
 
     pieces = stream(run, prompt, max_new_tokens, on_step=note, **options)
     first = next(pieces, None)

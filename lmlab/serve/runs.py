@@ -48,10 +48,12 @@ def attention_kinds(run: Run) -> list[str]:
     return list(dict.fromkeys(leaf.traits.attention for leaf in run.objective.leaves()))
 
 
-def token_text(run: Run, token_id: int) -> str:
+def token_texts(run: Run, token_ids: list[int]) -> list[str]:
+    """Each token's own text (special tokens by name); its id for a run without a tokenizer."""
     if run.tokenizer is None:
-        return str(token_id)
-    return run.tokenizer.decode([token_id], skip_special_tokens=False)
+        return [str(token) for token in token_ids]
+    return run.tokenizer.decode_batch([[token] for token in token_ids],
+                                      skip_special_tokens=False)
 
 
 class RunTable:
