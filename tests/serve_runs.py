@@ -1,5 +1,6 @@
-"""Tiny runs for the `lmlab serve` tests: masked, causal, prefix and a fine-tuned classifier,
-two training steps each on a toy text (enough for every path, not for good answers)."""
+"""Tiny runs for the `lmlab serve` tests: masked, causal, prefix, span and a fine-tuned
+classifier, two training steps each on a toy text (enough for every path, not for good
+answers)."""
 
 import random
 import threading
@@ -19,7 +20,7 @@ from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast", "good",
          "bad"]
-OBJECTIVES = ["mlm", "clm", "prefix"]
+OBJECTIVES = ["mlm", "clm", "prefix", "span"]
 
 
 def toy_dataset(rng: random.Random, sentences: int = 600):
@@ -33,7 +34,7 @@ def toy_dataset(rng: random.Random, sentences: int = 600):
 
 
 def make_runs(root: Path) -> dict[str, str]:
-    """Run name → run directory: mlm, clm, prefix, and `classify` fine-tuned from mlm."""
+    """Run name → run directory: mlm, clm, prefix, span, and `classify` fine-tuned from mlm."""
     rng = random.Random(0)
     dataset = toy_dataset(rng)
     threads = torch.get_num_threads()

@@ -59,8 +59,8 @@ def test_runs_say_what_each_can_do(server):
     assert can["mlm"]["fill_mask"] and not can["mlm"]["generate"]
     assert can["clm"]["generate"] and not can["clm"]["fill_mask"]
     assert can["classify"]["predict"] and all(c["metrics"] for c in can.values())
-    assert [run["attention"] for run in answer["runs"][:3]] == [
-        ["bidirectional"], ["causal"], ["prefix"]]
+    assert [run["attention"] for run in answer["runs"][:4]] == [
+        ["bidirectional"], ["causal"], ["prefix"], ["span"]]
 
 
 def test_the_page_and_its_assets_are_served(server):
@@ -127,6 +127,18 @@ def test_attention_grids_come_from_the_mask_policy(server):
     assert grids["clm"] == [[same[q][k] and k <= q for k in range(n)] for q in range(n)]
     assert grids["prefix"] == [[same[q][k] and (k <= q or k < 2) for k in range(n)]
                                for q in range(n)]
+
+
+def test_span_corruption_shows_its_own_row_with_sentinels(server):
+    status, answer = request(server, "POST", "/api/attention",
+                             {"run": "span", "text": "the cat sees a bird and the dog runs"})
+    assert status == 200
+    (grid,) = answer["grids"]
+    tokens, split = grid["tokens"], grid["prefix_len"]
+    assert grid["kind"] == "span" and "<extra_id_0>" in tokens[:split]
+    assert tokens[split] == "<extra_id_0>"  # the targets open with the first gap's sentinel
+    n = len(tokens)
+    assert grid["allowed"] == [[k <= q or k < split for k in range(n)] for q in range(n)]
 
 
 def test_embed_gives_a_similarity_matrix(server):

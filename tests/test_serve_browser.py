@@ -37,7 +37,7 @@ def open_page(server, browser, request):
 
     def at(query: str = ""):
         page.goto(server.url + "/" + query)
-        expect(page.locator("#run-a option")).to_have_count(4)
+        expect(page.locator("#run-a option")).to_have_count(5)
         return page
 
     yield at
@@ -75,11 +75,11 @@ def test_generation_streams_pieces_with_their_alternatives(open_page):
 
 def test_attention_grids_differ_by_policy_side_by_side(open_page):
     page = open_page("?run=mlm&beside=clm")
-    page.fill("#attention textarea", "the cat")
+    page.fill("#attention textarea", "the cat sees a bird and the dog")
     page.fill("#attention input[name=prefix_len]", "2")
     page.check("#attention input[name=all]")
     page.click("#attention button")
-    expect(page.locator("#attention table.grid")).to_have_count(6)  # 3 policies × 2 runs
+    expect(page.locator("#attention table.grid")).to_have_count(8)  # 4 policies × 2 runs
     pane = page.locator('#attention .pane[data-run="clm"]')
     n = pane.locator("table[data-kind=causal] tbody tr").count()
     assert n >= 3  # the text's tokens and its closing [EOS]
@@ -93,6 +93,7 @@ def test_attention_grids_differ_by_policy_side_by_side(open_page):
     query, key = pane.locator("table[data-kind=causal] td.on").first.get_attribute(
         "title").split(" → ")
     assert query == key  # the first token sees only itself
+    expect(pane.locator("table[data-kind=span] thead")).to_contain_text("<extra_id_0>")
 
 
 def test_embeddings_and_a_fine_tuned_classifier(open_page):

@@ -12,7 +12,7 @@ from lmlab.infer.inputs import encode, reading_document
 from lmlab.model import MaskSpec
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field, texts
-from lmlab.serve.runs import ServedRun, attention_kinds, token_texts
+from lmlab.serve.runs import ServedRun, attention_policies, token_texts
 
 MAX_TOP_K = 50
 MAX_GRID_TOKENS = 128  # a grid is tokens² cells
@@ -47,7 +47,8 @@ def predict(served: ServedRun, body: dict) -> dict:
 def attention(served: ServedRun, body: dict) -> dict:
     """Who may attend to whom in `text` (one document per line, packed into one row as in
     training) under each policy the run trained with; the cells are MaskSpec.allowed, the
-    model's own mask. A prefix policy splits at `prefix_len` (default: half the row)."""
+    model's own mask. A prefix policy splits at `prefix_len` (default: half the row); span
+    corruption shows the row its objective makes, sentinels in place, with its own split."""
     run = served.run
     documents = [line for line in field(body, "text", str).splitlines() if line.strip()]
     if not documents:
@@ -62,14 +63,32 @@ def attention(served: ServedRun, body: dict) -> dict:
                        f"{MAX_GRID_TOKENS}")
     split = bounded(body, "prefix_len", max(1, len(ids) // 2), 1, len(ids))
     grids = []
-    for kind in field(body, "kinds", list, attention_kinds(run)):
-        if kind not in ("bidirectional", "causal", "prefix"):
-            raise ApiError(400, f"unknown attention kind {kind!r}")
-        prefix = torch.tensor([split]) if kind == "prefix" else None
-        spec = MaskSpec(kind, prefix_len=prefix, segment_ids=torch.tensor([segments]))
-        grids.append({"kind": kind, "allowed": spec.allowed(len(ids), len(ids))[0].tolist()})
-    return {"tokens": token_texts(run, ids), "segments": segments,
-            "prefix_len": split, "grids": grids}
+    for policy in field(body, "kinds", list, attention_policies(run)):
+        if policy == "span":
+            grids.append(_span_grid(run, ids))
+            continue
+        if policy not in ("bidirectional", "causal", "prefix"):
+            raise ApiError(400, f"unknown attention policy {policy!r}")
+        prefix = torch.tensor([split]) if policy == "prefix" else None
+        spec = MaskSpec(policy, prefix_len=prefix, segment_ids=torch.tensor([segments]))
+        grids.append({"kind": policy, "allowed": spec.allowed(len(ids), len(ids))[0].tolist()})
+    return {"tokens": token_texts(run, ids), "segments": segments, "prefix_len": split,
+            "grids": grids}
+
+
+def _span_grid(run, ids: list[int]) -> dict:
+    """The row span corruption trains on for `ids` (spans drawn with a fixed seed): the
+    corrupted text and its targets, and the mask the objective gives that row."""
+    from lmlab.objectives.registry import build_objective
+
+    leaves = [leaf for leaf in run.objective.leaves() if leaf.traits.generation == "infill"]
+    objective = leaves[0] if leaves else build_objective("span", run.special)
+    batch = objective.make_batch(torch.tensor([ids]), torch.Generator().manual_seed(0))
+    length = int((batch.mask.segment_ids[0] > 0).sum())  # the row without its padding
+    allowed = batch.mask.allowed(len(ids), len(ids))[0, :length, :length]
+    return {"kind": "span", "allowed": allowed.tolist(),
+            "tokens": token_texts(run, batch.input_ids[0, :length].tolist()),
+            "prefix_len": int(batch.mask.prefix_len[0])}
 
 
 def metrics(served: ServedRun, after: int) -> dict:

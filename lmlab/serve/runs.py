@@ -35,7 +35,7 @@ class ServedRun:
             "task": self.task, "context": self.run.max_seq_len,
             # how a QA run's question and context (or a pair's two texts) join into one text
             "separator": CONTEXT_SEPARATOR if self.task in ("qa", "pairs") else None,
-            "attention": attention_kinds(self.run),
+            "attention": attention_policies(self.run),
             "can": {"fill_mask": fills and self.task is None,
                     "generate": objective.can_generate and self.task is None,
                     "embed": True, "predict": self.task is not None,
@@ -43,9 +43,11 @@ class ServedRun:
         }
 
 
-def attention_kinds(run: Run) -> list[str]:
-    """Each attention policy the run's objective trained with, once, in the objective's order."""
-    return list(dict.fromkeys(leaf.traits.attention for leaf in run.objective.leaves()))
+def attention_policies(run: Run) -> list[str]:
+    """Each attention policy the run's objective trained with, once, in the objective's order:
+    a MaskSpec kind, or "span" for span corruption (a prefix over the corrupted text)."""
+    return list(dict.fromkeys("span" if leaf.traits.generation == "infill"
+                              else leaf.traits.attention for leaf in run.objective.leaves()))
 
 
 def token_texts(run: Run, token_ids: list[int]) -> list[str]:

@@ -128,22 +128,26 @@ function showToken(output, event) {
 
 onSubmit("attention", async (run, pane, values) => {
   const request = { run: run.name, text: values.text, prefix_len: values.prefix_len };
-  if (values.all) request.kinds = ["bidirectional", "causal", "prefix"];
+  if (values.all) request.kinds = ["bidirectional", "causal", "prefix", "span"];
   const answer = await post("/api/attention", request);
   for (const grid of answer.grids) pane.append(attentionGrid(answer, grid));
 });
 
+// A span-corruption grid brings its own row (sentinels in place) and split.
 function attentionGrid(answer, grid) {
-  const title = grid.kind === "prefix" ? `prefix (split after ${answer.prefix_len})` : grid.kind;
+  const tokens = grid.tokens || answer.tokens;
+  const split = grid.prefix_len || answer.prefix_len;
+  const splits = grid.kind === "prefix" || grid.kind === "span";
+  const title = splits ? `${grid.kind} (split after ${split})` : grid.kind;
   const table = el("table", { class: "grid", "data-kind": grid.kind });
   table.append(el("caption", {}, title),
-    el("thead", {}, el("tr", {}, el("th"), ...answer.tokens.map((t) => el("th", {}, t)))));
+    el("thead", {}, el("tr", {}, el("th"), ...tokens.map((t) => el("th", {}, t)))));
   const body = el("tbody");
   grid.allowed.forEach((row, query) => {
-    body.append(el("tr", {}, el("th", {}, answer.tokens[query]), ...row.map((allowed, key) => {
-      const prefix = grid.kind === "prefix" && key < answer.prefix_len ? " prefix" : "";
+    body.append(el("tr", {}, el("th", {}, tokens[query]), ...row.map((allowed, key) => {
+      const prefix = splits && key < split ? " prefix" : "";
       return el("td", { class: (allowed ? "on" : "off") + prefix,
-        title: `${answer.tokens[query]} → ${answer.tokens[key]}` });
+        title: `${tokens[query]} → ${tokens[key]}` });
     })));
   });
   table.append(body);
