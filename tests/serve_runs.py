@@ -1,7 +1,9 @@
-"""Tiny runs for the `lmlab serve` tests: masked, causal, prefix, span and a fine-tuned
-classifier, two training steps each on a toy text (enough for every path, not for good
-answers)."""
+"""Tiny runs for the `lmlab serve` tests: masked, causal, prefix, span and, fine-tuned from
+the masked one, a classifier, a question answerer and an entity tagger; two training steps
+each on a toy text (enough for every path, not for good answers); and two comparison
+directories as `lmlab compare` leaves them, one finished with its report and one under way."""
 
+import json
 import random
 import threading
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from pathlib import Path
 import torch
 
 from lmlab.cli import main
+from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.serve.runs import RunTable
@@ -34,7 +37,8 @@ def toy_dataset(rng: random.Random, sentences: int = 600):
 
 
 def make_runs(root: Path) -> dict[str, str]:
-    """Run name → run directory: mlm, clm, prefix, span, and `classify` fine-tuned from mlm."""
+    """Run name → run directory: mlm, clm, prefix, span, and `classify`, `qa` and `ner`
+    fine-tuned from mlm."""
     rng = random.Random(0)
     dataset = toy_dataset(rng)
     threads = torch.get_num_threads()
@@ -48,13 +52,43 @@ def make_runs(root: Path) -> dict[str, str]:
         labelled.write_text("label\tsentence\n" + "".join(
             f"{rng.choice(['pos', 'neg'])}\t{' '.join(rng.choices(WORDS, k=5))}\n"
             for _ in range(32)))
-        made["classify"] = str(root / "classify")
-        assert main(["finetune", made["mlm"], "--task", "classify", "--train", str(labelled),
-                     "--validation", str(labelled), "--out", made["classify"], "--steps", "2",
-                     "--batch-size", "16"]) == 0
+        for task, data in [("classify", labelled), ("qa", _squad(rng, root / "qa.json")),
+                           ("ner", _conll(rng, root / "ner.conll"))]:
+            made[task] = str(root / task)
+            assert main(["finetune", made["mlm"], "--task", task, "--train", str(data),
+                         "--validation", str(data), "--out", made[task], "--steps", "2",
+                         "--batch-size", "16"]) == 0
     finally:
         torch.set_num_threads(threads)
+    for name, report in [("comparison", "<h1>mlm against clm</h1>"), ("comparison-running", None)]:
+        (root / name).mkdir()
+        (root / name / DESIGN).write_text(json.dumps({"objectives": ["mlm", "clm"]}))
+        if report:
+            (root / name / REPORT).write_text(report)
+        made[name] = str(root / name)
     return made
+
+
+def _squad(rng: random.Random, path: Path) -> Path:
+    """Questions asking which animal a toy sentence names, in SQuAD's JSON."""
+    paragraphs = []
+    for _ in range(24):
+        animal = rng.choice(["cat", "dog", "bird"])
+        before = " ".join(rng.choices(WORDS[4:], k=3))
+        context = f"{before} {animal} {' '.join(rng.choices(WORDS[4:], k=3))}"
+        paragraphs.append({"context": context, "qas": [{
+            "id": str(len(paragraphs)), "question": "which animal ?",
+            "answers": [{"text": animal, "answer_start": len(before) + 1}]}]})
+    path.write_text(json.dumps({"data": [{"title": "toy", "paragraphs": paragraphs}]}))
+    return path
+
+
+def _conll(rng: random.Random, path: Path) -> Path:
+    """Toy sentences with their animals tagged ANI, in CoNLL columns."""
+    sentences = ["".join(f"{word}\t{'B-ANI' if word in ('cat', 'dog', 'bird') else 'O'}\n"
+                         for word in rng.choices(WORDS, k=6)) for _ in range(32)]
+    path.write_text("\n".join(sentences))
+    return path
 
 
 @contextmanager

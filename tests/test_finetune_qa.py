@@ -31,7 +31,7 @@ def words(n: int) -> tuple[str, list[int], list[tuple[int, int]]]:
             [(4 * i, 4 * i + 3) for i in range(n)])
 
 
-def word_windows(n: int = 20, max_len: int = 12, stride: int = 2) -> list[QAWindow]:
+def word_windows(n: int = 20, max_len: int = 12, stride: int | None = 2) -> list[QAWindow]:
     _, ids, offsets = words(n)
     return make_windows(7, QUESTION, ids, offsets, CLS, SEP, max_len, stride)
 
@@ -65,6 +65,15 @@ def test_windows_step_by_room_less_stride_and_the_last_ends_at_the_context_end()
     for window in windows:
         assert window.example == 7 and len(window.input_ids) <= 12
         assert window.input_ids[:HEAD] == [CLS, *QUESTION, SEP] and window.input_ids[-1] == SEP
+
+
+def test_the_default_stride_is_128_or_half_a_small_window():
+    # room 6 → windows share 3 tokens and step by 3; room 300 → they share 128.
+    assert [context_range(w) for w in word_windows(n=12, stride=None)] == [
+        (0, 5), (3, 8), (6, 11)]
+    _, ids, offsets = words(500)
+    windows = make_windows(0, QUESTION, ids, offsets, CLS, SEP, max_len=306, stride=None)
+    assert windows[1].input_ids[HEAD] - 100 == 300 - 128
 
 
 def test_window_layout_ids_token_types_and_offsets():

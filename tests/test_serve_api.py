@@ -58,7 +58,11 @@ def test_runs_say_what_each_can_do(server):
     can = {run["name"]: run["can"] for run in answer["runs"]}
     assert can["mlm"]["fill_mask"] and not can["mlm"]["generate"]
     assert can["clm"]["generate"] and not can["clm"]["fill_mask"]
-    assert can["classify"]["predict"] and all(c["metrics"] for c in can.values())
+    assert all(can[task]["predict"] for task in ("classify", "qa", "ner"))
+    assert all(c["metrics"] for c in can.values())
+    assert answer["comparisons"] == [
+        {"name": "comparison", "finished": True, "report": "/report/comparison"},
+        {"name": "comparison-running", "finished": False, "report": None}]
     assert [run["attention"] for run in answer["runs"][:4]] == [
         ["bidirectional"], ["causal"], ["prefix"], ["span"]]
 
@@ -158,6 +162,30 @@ def test_predict_answers_for_a_fine_tuned_run_only(server):
     assert set(answer["predictions"][0]["scores"]) == {"neg", "pos"}
     status, answer = request(server, "POST", "/api/predict", {"run": "mlm", "texts": ["a"]})
     assert status == 422 and "not fine-tuned" in answer["error"]
+
+
+def test_qa_and_ner_answer_with_character_spans(server):
+    context = "the dog sees a bird"
+    status, answer = request(server, "POST", "/api/predict",
+                             {"run": "qa", "texts": [f"which animal ? ||| {context}"]})
+    prediction = answer["predictions"][0]
+    assert status == 200 and context[prediction["start"]:prediction["end"]] == prediction["answer"]
+    text = "the cat likes a dog"
+    status, answer = request(server, "POST", "/api/predict", {"run": "ner", "texts": [text]})
+    assert status == 200 and answer["task"] == "ner"
+    for entity in answer["predictions"][0]["entities"]:
+        assert text[entity["start"]:entity["end"]] == entity["word"]
+
+
+def test_a_comparison_shows_its_report_and_is_not_a_model(server):
+    status, page = request(server, "GET", "/report/comparison")
+    assert status == 200 and page == "<h1>mlm against clm</h1>"
+    status, answer = request(server, "GET", "/report/comparison-running")
+    assert status == 404 and "no report yet" in answer["error"]
+    assert request(server, "GET", "/report/..%2Fmlm")[0] == 404  # names, never paths
+    status, answer = request(server, "POST", "/api/embed",
+                             {"run": "comparison", "texts": ["a", "b"]})
+    assert status == 422 and "is a comparison" in answer["error"]
 
 
 def test_metrics_come_in_rows_from_a_given_row(server):

@@ -37,7 +37,7 @@ def open_page(server, browser, request):
 
     def at(query: str = ""):
         page.goto(server.url + "/" + query)
-        expect(page.locator("#run-a option")).to_have_count(5)
+        expect(page.locator("#run-a option")).to_have_count(7)
         return page
 
     yield at
@@ -102,6 +102,36 @@ def test_embeddings_and_a_fine_tuned_classifier(open_page):
     expect(page.locator("#embed table.sim tr")).to_have_count(3)
     page.click("#predict button")
     expect(page.locator("#predict .bar")).to_have_count(2)  # one bar per label
+
+
+def test_answers_and_entities_are_highlighted_in_the_text(open_page, server):
+    page = open_page("?run=qa&beside=ner")
+    context = "the dog sees a bird"
+    page.fill("#predict textarea", f"which animal ? ||| {context}")
+    page.click("#predict button")
+    answer = page.locator('#predict .pane[data-run="qa"] mark')
+    expect(answer).to_have_count(1)
+    qa = server.runs.get("qa")
+    from lmlab.finetune.predict import predict
+
+    expected = predict(qa.run, [f"which animal ? ||| {context}"])[0]
+    assert answer.inner_text() == expected["answer"] and expected["answer"] in context
+    page.fill("#predict textarea", "the cat likes a dog")
+    page.click("#predict button")
+    entities = predict(server.runs.get("ner").run, ["the cat likes a dog"])[0]["entities"]
+    marks = page.locator('#predict .pane[data-run="ner"] mark')
+    expect(marks).to_have_count(len(entities))
+    assert marks.all_inner_texts() == [entity["word"] for entity in entities]
+
+
+def test_a_comparison_report_is_shown(open_page):
+    page = open_page()
+    reports = page.locator("#comparisons .pane")
+    expect(reports).to_have_count(2)
+    frame = page.frame_locator('#comparisons .pane[data-comparison="comparison"] iframe')
+    expect(frame.locator("h1")).to_have_text("mlm against clm")
+    expect(page.locator('#comparisons .pane[data-comparison="comparison-running"]')
+           ).to_contain_text("under way")
 
 
 def test_a_bad_request_shows_the_error(open_page):

@@ -21,11 +21,11 @@ from tqdm import tqdm
 from lmlab.atomic import write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
 from lmlab.compare.design import CompareConfig, SubRun, sub_runs
+from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
 from lmlab.compare.subrun import complete, finished
 from lmlab.data.dataset import open_or_prepare
 
-DESIGN = "design.json"
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
 FREE_FIELDS = ("workers", "out")
 
@@ -54,7 +54,7 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     record = write_report(cfg, analysis, Path(data), out)
     for pair in analysis.verdicts:
         print(f"{pair.verdict.measure}: {pair.a} vs {pair.b}: {pair.verdict.text}")
-    print(f"report: {out / 'report.html'}")
+    print(f"report: {out / REPORT}")
     return Comparison(out, analysis, record)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from lmlab.atomic import write_text_atomic
 from lmlab.compare.analysis import Analysis
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
+from lmlab.compare.layout import RECORD, REPORT
 from lmlab.compare.measures import MINIMAL_PAIRS, measure_of, pair_groups
 from lmlab.report.plots import pyplot, save_png
 
@@ -51,14 +52,14 @@ def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path) 
               "crossovers": [asdict(c) for c in analysis.crossovers]}
     if cfg.pairs:
         record["phenomena"] = _phenomena(cfg, analysis)
-    write_text_atomic(out / "comparison.json", json.dumps(record, indent=2))
+    write_text_atomic(out / RECORD, json.dumps(record, indent=2))
     _plot_curves(cfg, analysis, out / "curves.png")
     _plot_differences(analysis, out / "differences.png")
     if cfg.pairs:
         _plot_phenomena(record["phenomena"], out / "phenomena.png")
     if cfg.probes:
         _plot_probes(cfg, analysis, out / "probes.png")
-    write_text_atomic(out / "report.html", _page(cfg, analysis, out))
+    write_text_atomic(out / REPORT, _page(cfg, analysis, out))
     return record
 
 

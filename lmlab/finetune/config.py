@@ -40,8 +40,9 @@ class FinetuneConfig(LoopConfig):
     pooling: Literal["auto", "cls", "mean", "last"] = documented(
         "auto", "one vector per text: cls (first position), mean, last (last token); auto = "
                 "last under causal attention, cls after next-sentence prediction, else mean")
-    doc_stride: int = documented(128, "qa: tokens shared by consecutive windows of a long "
-                                      "context")
+    doc_stride: int | None = documented(None, "qa: tokens shared by consecutive windows of a "
+                                               "long context; none = 128 (BERT's), or half "
+                                               "the context a window holds if smaller")
     max_answer_len: int = documented(30, "qa: longest answer in tokens")
     n_best: int = documented(20, "qa: start and end candidates searched per window")
     null_threshold: float | None = documented(

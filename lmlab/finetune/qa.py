@@ -52,6 +52,9 @@ class Answer:
     end: int
 
 
+DEFAULT_STRIDE = 128  # BERT's SQuAD fine-tuning, with 384-token windows
+
+
 def context_spans(length: int, room: int, stride: int) -> list[tuple[int, int]]:
     """The context token ranges [a, b) the windows hold.
 
@@ -65,11 +68,12 @@ def context_spans(length: int, room: int, stride: int) -> list[tuple[int, int]]:
 
 def make_windows(example: int, question_ids: list[int], context_ids: list[int],
                  context_offsets: list[Offset], cls_id: int | None, sep_id: int | None,
-                 max_len: int, stride: int) -> list[QAWindow]:
+                 max_len: int, stride: int | None = None) -> list[QAWindow]:
     """`[CLS] question [SEP] context-part [SEP]` windows of at most max_len tokens covering the
     whole context (one window without context tokens when it is empty). A None id is left
     out (as Encoder frames rows for a tokenizer without it); position 0 still stands for "no
-    answer", so without [CLS] the question's first token does."""
+    answer", so without [CLS] the question's first token does. Neighbouring windows share
+    `stride` tokens; None shares 128, or half a window's context when that is smaller."""
     if len(context_ids) != len(context_offsets):
         raise ValueError(f"{len(context_ids)} context ids but {len(context_offsets)} offsets")
     leader = [] if cls_id is None else [cls_id]
@@ -82,8 +86,10 @@ def make_windows(example: int, question_ids: list[int], context_ids: list[int],
     if room < 1:
         raise QuestionTooLong(f"a question of {len(question_ids)} tokens leaves no room for "
                               f"context in windows of max_len {max_len}")
+    if stride is None:
+        stride = min(DEFAULT_STRIDE, room // 2)
     if not 0 <= stride < room:
-        raise ValueError(f"stride must be at least 0 and below the {room} context tokens a "
+        raise ValueError(f"doc_stride must be at least 0 and below the {room} context tokens a "
                          f"window holds, got {stride}")
     return [QAWindow(example, head + context_ids[a:b] + ender,
                      [0] * len(head) + [1] * (b - a + len(ender)),

@@ -1,4 +1,4 @@
-"""`lmlab serve`: the playground page and its JSON API for the runs given."""
+"""`lmlab serve`: the playground page and its JSON API for the runs (and comparisons) given."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve = add_command(commands, "serve", handler=serve_command,
                         help="a local web page (and JSON API) to try runs in a browser")
     serve.add_argument("runs", nargs="+", type=Path, metavar="RUN",
-                       help="run directories to serve; the page addresses them by name")
+                       help="run directories to serve, and comparison directories whose reports "
+                       "to show; the page addresses them by name")
     serve.add_argument("--port", type=int, default=8000, help="the port to listen on")
     serve.add_argument("--host", default="127.0.0.1",
                        help="the address to listen on; the default reaches this machine only")
@@ -38,7 +39,8 @@ def serve_command(args: argparse.Namespace) -> int:
             raise
         raise ValueError(f"port {args.port} on {args.host} is in use; pick another, such as "
                          f"--port {args.port + 1}") from None
-    names = ", ".join(served.name for served in runs.served)
+    names = ", ".join([served.name for served in runs.served]
+                      + [comparison.name for comparison in runs.comparisons])
     print(f"serving {names} at {server.url} (Ctrl-C to stop)", flush=True)
     # Each request reads one prompt or a few texts: one CPU thread each, as for the CLI's
     # commands, and concurrent requests spread over the cores.

@@ -1,11 +1,13 @@
-"""The runs a server was started with, addressed by name or index: the only models (and the
-only files) a request can reach."""
+"""The runs a server was started with, addressed by name or index, and the comparisons whose
+reports it shows: the only models (and the only files) a request can reach."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
+from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.finetune.qa_task import CONTEXT_SEPARATOR
 from lmlab.runs import Run
 from lmlab.runs.layout import METRICS
@@ -58,23 +60,56 @@ def token_texts(run: Run, token_ids: list[int]) -> list[str]:
                                       skip_special_tokens=False)
 
 
+@dataclass
+class ServedComparison:
+    """A directory `lmlab compare` writes: its report is shown once the comparison ends."""
+
+    name: str
+    path: Path
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT
+
+    def describe(self) -> dict:
+        finished = self.report_path.is_file()
+        return {"name": self.name, "finished": finished,
+                "report": f"/report/{quote(self.name)}" if finished else None}
+
+    def report(self) -> bytes:
+        if not self.report_path.is_file():
+            raise ApiError(404, f"comparison {self.name!r} has no report yet; `lmlab compare` "
+                           "writes it when its last sub-run is scored")
+        return self.report_path.read_bytes()
+
+
 class RunTable:
-    def __init__(self, runs: dict[str, Run]) -> None:
+    def __init__(self, runs: dict[str, Run], comparisons: dict[str, Path] | None = None) -> None:
         self.served = [ServedRun(name, run) for name, run in runs.items()]
+        self.comparisons = [ServedComparison(name, path)
+                            for name, path in (comparisons or {}).items()]
 
     @classmethod
     def load(cls, paths: list[Path], device: str = "cpu") -> RunTable:
-        """Each run by its directory's name; a repeated name gets its position appended."""
+        """Each run or comparison by its directory's name; a repeated name gets its position
+        appended."""
         from lmlab.runs import load_run
 
         runs: dict[str, Run] = {}
+        comparisons: dict[str, Path] = {}
         for index, path in enumerate(paths):
             name = path.resolve().name
-            runs[name if name not in runs else f"{name}-{index}"] = load_run(path, device=device)
-        return cls(runs)
+            if name in runs or name in comparisons:
+                name = f"{name}-{index}"
+            if (path / DESIGN).is_file():
+                comparisons[name] = path
+            else:
+                runs[name] = load_run(path, device=device)
+        return cls(runs, comparisons)
 
-    def describe(self) -> list[dict]:
-        return [served.describe(index) for index, served in enumerate(self.served)]
+    def describe(self) -> dict:
+        return {"runs": [served.describe(index) for index, served in enumerate(self.served)],
+                "comparisons": [comparison.describe() for comparison in self.comparisons]}
 
     def get(self, key) -> ServedRun:
         """A run by name, or by index (an int, or digits in a query string)."""
@@ -85,5 +120,15 @@ class RunTable:
         for served in self.served:
             if served.name == key:
                 return served
-        names = ", ".join(s.name for s in self.served)
+        if any(comparison.name == key for comparison in self.comparisons):
+            raise ApiError(422, f"{key!r} is a comparison: it has a report, not a model; "
+                           f"ask one of its sub-runs' directories")
+        names = ", ".join(s.name for s in self.served) or "no runs"
         raise ApiError(404, f"no run {key!r}; this server has {names}")
+
+    def comparison(self, name: str) -> ServedComparison:
+        for comparison in self.comparisons:
+            if comparison.name == name:
+                return comparison
+        raise ApiError(404, f"no comparison {name!r}; this server has "
+                       f"{', '.join(c.name for c in self.comparisons) or 'none'}")

@@ -1,7 +1,7 @@
 """The HTTP server: the page's three files and the JSON API, on the standard library.
 
-Requests reach runs only through the RunTable and files only through the fixed table of
-static assets, so no part of a request path names anything on disk.
+Requests reach runs and comparison reports only through the RunTable (by name) and files only
+through the fixed table of static assets, so no part of a request path names anything on disk.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from lmlab.serve import features, generation
 from lmlab.serve.errors import ApiError
@@ -57,7 +57,10 @@ class Handler(BaseHTTPRequestHandler):
                 content = resources.files("lmlab.serve").joinpath("static", name).read_bytes()
                 self._send(200, content, f"{kind}; charset=utf-8")
             elif url.path == "/api/runs":
-                self._json(200, {"runs": self.server.runs.describe()})
+                self._json(200, self.server.runs.describe())
+            elif url.path.startswith("/report/"):
+                comparison = self.server.runs.comparison(unquote(url.path[len("/report/"):]))
+                self._send(200, comparison.report(), "text/html; charset=utf-8")
             elif url.path == "/api/metrics":
                 query = parse_qs(url.query)
                 served = self.server.runs.get(query.get("run", [""])[0])

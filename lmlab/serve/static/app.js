@@ -275,13 +275,25 @@ function showAbilities() {
   $("#generate").hidden = !can("generate");
   $("#predict").hidden = !can("predict");
   $("#curves").hidden = !can("metrics");
+  $("#attention").hidden = $("#embed").hidden = !chosen.length;
   $("#run-info").textContent = chosen.map((r) => `${r.name}: ${r.task || r.objective}`).join(" · ");
   $("#curves .panes").replaceChildren();
   drawCurves();
 }
 
+// Each comparison's report, as `lmlab compare` wrote it, or a line saying it is under way.
+function showComparisons(comparisons) {
+  $("#comparisons").hidden = !comparisons.length;
+  $("#comparisons .panes").replaceChildren(...comparisons.map((c) => el("div",
+    { class: "pane report", "data-comparison": c.name }, el("h3", {}, c.name), c.finished
+      ? el("iframe", { src: c.report, title: `${c.name} report` })
+      : el("p", {}, "under way: the report appears when its last sub-run is scored"))));
+}
+
 async function start() {
-  runs = (await (await api("/api/runs")).json()).runs;
+  const served = await (await api("/api/runs")).json();
+  runs = served.runs;
+  showComparisons(served.comparisons);
   for (const run of runs) {
     $("#run-a").append(el("option", {}, run.name));
     $("#run-b").append(el("option", {}, run.name));
