@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from lmlab.command_line import HelpFormatter, unknown_option_message
@@ -61,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
     try:
         return args.handler(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # a run stopped by SIGTERM says so (RunStopped)
         print("lmlab: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(interrupt, "signum", signal.SIGINT)
     except Exception as error:
         if not is_user_error(error):
             raise

@@ -13,6 +13,7 @@ from lmlab.data.dataset import in_memory_dataset  # noqa: E402
 from lmlab.data.synthetic import MarkovChain  # noqa: E402
 from lmlab.objectives import SpecialTokens  # noqa: E402
 from lmlab.train.commands import add_pretrain_options, config_from_args  # noqa: E402
+from lmlab.train.loop import RunStopped  # noqa: E402
 from lmlab.train.pretrain import pretrain  # noqa: E402
 
 N_SYMBOLS = 50
@@ -31,7 +32,10 @@ def synthetic_dataset(documents: int = 4000, length: int = 60):
 def main() -> None:
     parser = argparse.ArgumentParser()
     add_pretrain_options(parser)
-    pretrain(config_from_args(parser.parse_args()), synthetic_dataset()[1])
+    try:
+        pretrain(config_from_args(parser.parse_args()), synthetic_dataset()[1])
+    except RunStopped as stopped:  # as the command line exits
+        sys.exit(128 + stopped.signum)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -77,16 +78,16 @@ def test_an_existing_run_needs_resume_or_overwrite(tmp_path, cache):
 
 
 def test_resuming_with_another_vocabulary_is_refused(tmp_path, cache):
-    first = lmlab("pretrain", "--objective", "clm", "--steps", "1", "--batch-size", "2",
-                  "--model", "gpt2-tiny", cwd=tmp_path, cache=cache)
-    assert first.returncode == 0, first.stderr[-2000:]
-    (tmp_path / "corpus.txt").write_text("".join(f"Line {i} of a small text corpus.\n\n"
-                                                 for i in range(300)))
-    prepared = lmlab("prepare", "corpus.txt", "--out", "small", "--vocab-size", "300",
-                     "--blank-line-documents", cwd=tmp_path, cache=cache)
-    assert prepared.returncode == 0, prepared.stderr[-2000:]
-    resumed = lmlab("pretrain", "--objective", "clm", "--steps", "2", "--batch-size", "2",
-                    "--model", "gpt2-tiny", "--data", "small", "--resume", cwd=tmp_path,
-                    cache=cache)
+    (tmp_path / "corpus.txt").write_text("".join(
+        f"Line {i} of a small text corpus about {i * 7919:x} and {i * 104729:o}.\n\n"
+        for i in range(300)))  # enough distinct pieces for either vocabulary
+    train = ("pretrain", "--objective", "clm", "--steps", "1", "--batch-size", "2", "--model",
+             "gpt2-tiny", "--data", "small")
+    for vocabulary, resume in [("380", ()), ("420", ("--resume",))]:
+        shutil.rmtree(tmp_path / "small", ignore_errors=True)  # the dataset prepared anew
+        prepared = lmlab("prepare", "corpus.txt", "--out", "small", "--vocab-size", vocabulary,
+                         "--blank-line-documents", cwd=tmp_path, cache=cache)
+        assert prepared.returncode == 0, prepared.stderr[-2000:]
+        resumed = lmlab(*train, *resume, cwd=tmp_path, cache=cache)
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
-    assert "vocab_size 8192 → " in resumed.stderr and "another tokenizer" in resumed.stderr
+    assert "vocab_size 380 → 420" in resumed.stderr and "another tokenizer" in resumed.stderr

@@ -163,15 +163,16 @@ def test_repeated_non_finite_losses_stop_the_run_with_the_checkpoint_intact(tmp_
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_a_checkpoint_then_exits_128_plus_its_number(tmp_path, signum, code):
     out = tmp_path / "run"
     process = run_script(out, "--objective", "clm", "--steps", "100000", "--batch-size", "4",
                          "--checkpoint-every", "100000", wait=False)
     deadline = time.time() + 120
     while time.time() < deadline and max(train_losses(out), default=0) < 5:
         time.sleep(0.02)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 0, process.stderr.read().decode()[-2000:]
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == code, process.stderr.read().decode()[-2000:]
     step = verify_checkpoint(list_checkpoints(out / "checkpoints")[-1])["step"]
     assert step >= 5 and step == max(train_losses(out))
 

@@ -33,6 +33,7 @@ from lmlab.train.loop import LoopState, Training, restore_loop_state, run_traini
 from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import grad_scaler
 from lmlab.train.pretrain import micro_batches_per_step
+from lmlab.train.resume import resumed_config
 from lmlab.train.schedule import Schedule
 from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
@@ -124,6 +125,9 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
               "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
               "task": {"name": cfg.task, "labels": task.labels},
               "heads": {task.head: task.head_options()}}
+    micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
+    if cfg.resume:
+        config, _ = resumed_config(out, config, budgets=())
     resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
     resume_from = distributed.broadcast_path(resume_from, env)
     if env.is_main:
@@ -134,7 +138,6 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
               + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
               f"{len(train_rows)} training rows")
 
-    micro_size, _ = micro_batches_per_step(cfg, env)
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)

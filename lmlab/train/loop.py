@@ -97,16 +97,27 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return ((seed * 1_000_003 + rank) * 1_000_003 + step) % (2**63)
 
 
+class RunStopped(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM once its checkpoint was saved: the command exits
+    128 + the signal's number (130 for Ctrl-C), as an interrupted shell command does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class StopRequest:
     """SIGINT / SIGTERM end the run after the current step, with a checkpoint."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum = signal.SIGINT
         self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT,
                                                                      signal.SIGTERM)}
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
+        self.signum = signum
 
     def restore(self) -> None:
         for signum, handler in self.previous.items():
@@ -203,8 +214,10 @@ def run_training(t: Training) -> LoopState:
         log.close()
     if t.env.is_main:
         log.plot(t.out / CURVES, t.scores, t.title)
-    if stop.requested and t.env.is_main:
-        print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
+    if stop.requested:
+        if t.env.is_main:
+            print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
+        raise RunStopped(stop.signum)
     return state
 
 

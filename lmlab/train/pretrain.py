@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -39,6 +40,7 @@ from lmlab.train.loop import (
 )
 from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import autocast, grad_scaler
+from lmlab.train.resume import BUDGETS, resumed_config
 from lmlab.train.schedule import Schedule
 from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
@@ -108,12 +110,18 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
     config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
               "dataset": str(dataset.path)}
+    micro_size, accumulation = micro_batches_per_step(cfg, env)  # checked before writing
+    grown = False  # a resume given a longer step or token budget
+    if cfg.resume:
+        config, changed = resumed_config(out, config)
+        cfg = replace(cfg, **{name: config["train"][name] for name in BUDGETS})
+        grown = bool(changed & set(BUDGETS))
     resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
     resume_from = distributed.broadcast_path(resume_from, env)
     if dataset.tokenizer_json and env.is_main:
         (out / TOKENIZER).write_text(dataset.tokenizer_json)
-
-    micro_size, accumulation = micro_batches_per_step(cfg, env)
+    if cfg.resume and resume_from is None and env.is_main:
+        print(f"{out} has no checkpoint yet: starting from step 0")
     model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
     saved = load_checkpoint(resume_from, model) if resume_from else None  # before sharding
     train_model = distributed.wrap(model, env, cfg.distributed)
@@ -125,9 +133,12 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                           block_pad_id(special), special.sep, cfg.seed, env.rank, env.world_size)
     if state.data:
         blocks.load_state_dict(state.data)
+    planned_steps = state.total_steps  # of the run resumed, if any
     if not state.total_steps:
         state.total_steps = distributed.from_rank_0(  # timed by each rank, rank 0's count for all
             _total_steps(cfg, model, objective, special, micro_size, accumulation), env)
+    elif grown:
+        state.total_steps = _grown_steps(cfg, model, state.step)
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
     deadline = None if saved is not None else _deadline(cfg, model)  # resumed: the last plan
@@ -136,8 +147,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         eval_count = deadline_eval_batches(state.total_steps * accumulation, eval_count)
     eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env, eval_count)
     warmup = cfg.warmup_steps
-    if warmup is None:
-        warmup = min(1000, state.total_steps // 20)
+    if warmup is None:  # the run's own warm-up, even when a resume lengthens it
+        warmup = min(1000, (planned_steps or state.total_steps) // 20)
     training = Training(
         cfg=cfg, env=env, model=model, train_model=train_model, optimizer=optimizer,
         scaler=grad_scaler(cfg.precision, env.device), objective=objective,
@@ -175,6 +186,15 @@ def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
                              runs=1)
     timed = steps_in_minutes(minutes, accumulation * timing)
     return min(steps, timed) if steps else timed
+
+
+def _grown_steps(cfg: TrainConfig, model: LanguageModel, trained: int) -> int:
+    """The new length of a resumed run given a longer budget; the schedule stretches to it."""
+    steps = _step_cap(cfg, model)
+    if steps is None or steps <= trained:
+        raise ValueError(f"the run has trained {trained} steps; a budget of {steps} steps "
+                         "gives it nothing more to do — give a larger --steps or --tokens")
+    return steps
 
 
 def _step_cap(cfg: TrainConfig, model: LanguageModel) -> int | None:

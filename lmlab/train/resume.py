@@ -1,0 +1,53 @@
+"""What `--resume` may change. A resumed run continues the run its directory holds, with that
+run's settings: only how the run is watched and a longer step or token budget may differ, and
+config.json then records each change with the checkpoint it took effect at."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
+
+# Fields that say how a run is watched or stored, not what it learns: free on resume.
+WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
+                      "eval_batches", "checkpoint_every", "keep_last", "patience", "compile",
+                      "max_nonfinite_steps"})
+# A budget left out on resume is the saved one; a step or token budget may grow.
+BUDGETS = ("steps", "tokens", "minutes")
+RESUMES = "resumes"  # config.json's record of the changes each resume made
+
+
+def resumed_config(out: Path, config: dict,
+                   budgets: tuple[str, ...] = BUDGETS) -> tuple[dict, set[str]]:
+    """The configuration a `--resume` of the run in `out` continues with, and the fields
+    whose change it records: the saved run's, with `config`'s changes to watching fields and
+    `budgets` applied. Any other change, or no run in `out`, is refused in one line naming the
+    fields."""
+    saved_path = out / CONFIG
+    if not saved_path.is_file():
+        raise RunDirError(f"--resume: {out} holds no run to continue; leave out --resume to "
+                          "start one there")
+    saved = json.loads(saved_path.read_text())
+    asked = dict(config["train"])
+    if not any(asked.get(name) is not None for name in budgets):
+        asked.update({name: saved["train"].get(name) for name in budgets})
+    changed = {name: (saved["train"].get(name), value) for name, value in asked.items()
+               if saved["train"].get(name) != value and name not in WATCHING}
+    refused = {name: pair for name, pair in changed.items() if name not in budgets}
+    if asked.get("minutes") is not None and "minutes" in changed:
+        refused["minutes"] = changed["minutes"]  # a time budget's plan was made at its start
+    if refused:
+        details = ", ".join(f"{name} {old} → {new}" for name, (old, new) in refused.items())
+        raise RunDirError(f"--resume continues the run in {out} with its own settings, but "
+                          f"this command changes {details}; only a longer --steps or --tokens "
+                          "and how the run is logged, validated and saved may change (or "
+                          "use --overwrite, or another --out)")
+    history = saved.get(RESUMES, [])
+    if changed:
+        checkpoints = list_checkpoints(out / CHECKPOINTS)
+        history = [*history, {"from_checkpoint": checkpoints[-1].name if checkpoints else None,
+                              "changed": {name: {"from": old, "to": new}
+                                          for name, (old, new) in changed.items()}}]
+    return {**config, "train": asked, **({RESUMES: history} if history else {})}, set(changed)

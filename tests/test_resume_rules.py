@@ -1,0 +1,102 @@
+"""What `--resume` may change: a longer budget (recorded in config.json, the schedule stretched
+to it), how the run is watched; nothing else, and never a run that is not there. Bad options
+are refused before the run directory is written."""
+
+import json
+
+import pytest
+
+from lmlab.runs.layout import RunDirError
+from lmlab.train import pretrain as pretraining
+from lmlab.train.config import TrainConfig
+from lmlab.train.metrics import read_metrics
+from lmlab.train.resume import RESUMES
+from lmlab.train.schedule import Schedule
+from tests.synthetic_run import synthetic_dataset
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return synthetic_dataset()[1]
+
+
+def config(tmp_path, **changes) -> TrainConfig:
+    base = dict(objective="clm", model="gpt2-tiny", out=str(tmp_path / "run"), seq_len=32,
+                batch_size=8, steps=4, lr=3e-3, log_every=1, eval_every=2, checkpoint_every=2,
+                warmup_steps=1)
+    return TrainConfig(**{**base, **changes})
+
+
+def saved_config(tmp_path) -> dict:
+    return json.loads((tmp_path / "run" / "config.json").read_text())
+
+
+def train_rows(tmp_path) -> list[dict]:
+    return [r for r in read_metrics(tmp_path / "run") if r["kind"] == "train"]
+
+
+def test_resume_without_a_run_is_refused_and_writes_nothing(tmp_path, dataset):
+    with pytest.raises(RunDirError, match="holds no run to continue; leave out --resume"):
+        pretraining.pretrain(config(tmp_path, resume=True), dataset)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_change_to_what_the_run_learns_is_refused_by_name(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    before = saved_config(tmp_path)
+    with pytest.raises(RunDirError, match=r"changes lr 0\.003 → 0\.001, seed 0 → 1; only a "
+                                          r"longer --steps"):
+        pretraining.pretrain(config(tmp_path, resume=True, lr=1e-3, seed=1), dataset)
+    with pytest.raises(RunDirError, match="changes minutes None → 2.0"):
+        pretraining.pretrain(config(tmp_path, resume=True, minutes=2.0), dataset)
+    assert saved_config(tmp_path) == before
+
+
+def test_a_longer_budget_continues_the_run_and_is_recorded(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    first = train_rows(tmp_path)
+    pretraining.pretrain(config(tmp_path, resume=True, steps=8, log_every=2), dataset)
+    rows = train_rows(tmp_path)
+    assert rows[:len(first)] == first and rows[-1]["step"] == 8
+    assert [r["step"] for r in rows[len(first):]] == [6, 8]  # logged as newly asked
+    # the schedule stretched to the new end, with the run's own warm-up
+    stretched = Schedule("cosine", 8, 1, 0.1)
+    assert [r["lr"] for r in rows] == pytest.approx(
+        [3e-3 * Schedule("cosine", 4, 1, 0.1)(r["step"] - 1) for r in first]
+        + [3e-3 * stretched(r["step"] - 1) for r in rows[len(first):]])
+    saved = saved_config(tmp_path)
+    assert saved["train"]["steps"] == 8 and saved["train"]["log_every"] == 2
+    assert saved[RESUMES] == [{"from_checkpoint": "step-00000004",
+                               "changed": {"steps": {"from": 4, "to": 8}}}]
+
+
+def test_a_resume_that_names_no_budget_keeps_the_saved_one(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    pretraining.pretrain(config(tmp_path, resume=True, steps=None), dataset)
+    assert train_rows(tmp_path)[-1]["step"] == 4
+    assert saved_config(tmp_path)["train"]["steps"] == 4 and RESUMES not in saved_config(tmp_path)
+
+
+def test_a_budget_the_run_already_passed_is_refused(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    with pytest.raises(ValueError, match="has trained 4 steps; a budget of 3 steps"):
+        pretraining.pretrain(config(tmp_path, resume=True, steps=3), dataset)
+
+
+def test_a_run_with_no_checkpoint_yet_starts_from_step_0(tmp_path, dataset, capsys):
+    pretraining.pretrain(config(tmp_path, steps=1, checkpoint_every=5), dataset)
+    for checkpoint in (tmp_path / "run" / "checkpoints").iterdir():
+        for file in checkpoint.iterdir():
+            file.unlink()
+        checkpoint.rmdir()
+    (tmp_path / "run" / "metrics.jsonl").unlink()
+    pretraining.pretrain(config(tmp_path, steps=1, checkpoint_every=5, resume=True), dataset)
+    assert "has no checkpoint yet: starting from step 0" in capsys.readouterr().out
+    assert [r["step"] for r in train_rows(tmp_path)] == [1]
+
+
+def test_a_micro_batch_that_does_not_divide_the_batch_is_refused_before_writing(tmp_path,
+                                                                                 dataset):
+    with pytest.raises(ValueError, match="batch_size 8 is not a multiple of micro_batch_size 3"):
+        pretraining.pretrain(config(tmp_path, micro_batch_size=3), dataset)
+    assert not (tmp_path / "run").exists()
