@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import IO
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, which mkstemp and mkdtemp ignore (0600, 0700): what they make is
+    chmod-ed to what an ordinary new file or directory would get."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -29,7 +31,7 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
             yield file
             file.flush()
             os.fsync(file.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())  # as an ordinary new file, not mkstemp's 0600
+        os.chmod(temporary, 0o666 & ~current_umask())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -51,7 +53,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield staging
-        os.chmod(staging, 0o777 & ~_umask())
+        os.chmod(staging, 0o777 & ~current_umask())
         if path.exists():
             retired = staging.with_name(staging.name + ".old")
             os.replace(path, retired)

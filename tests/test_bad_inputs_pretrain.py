@@ -24,3 +24,27 @@ def test_a_bad_option_writes_nothing(tmp_path, capsys, options, message):
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("bad.yaml", "lr: [1, 2\nsteps: : :\n", "bad.yaml: not valid YAML (line 2: expected ','"),
+    ("list.yaml", "- lr\n- steps\n", "list.yaml: a config file must hold a mapping of field: "
+                                     "value, not a list"),
+    ("binary.yaml", "\x00\x01", "binary.yaml: not valid YAML (unacceptable character"),
+    ("bad.toml", "lr = [\n", "bad.toml: not valid TOML"),
+    ("latin1.toml", b"lr = 0.1 # caf\xe9\n", "latin1.toml: a config file must be UTF-8 text"),
+    ("config.json", "{}", "config.json: a config file must be .toml, .yaml or .yml"),
+    ("missing.yaml", None, "missing.yaml: config file does not exist"),
+    ("typo.yaml", "learning_rate: 0.1\n", "unknown"),
+])
+def test_a_bad_config_file_is_named_in_one_line(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    out = tmp_path / "run"
+    assert main(["pretrain", "--config", str(path), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()

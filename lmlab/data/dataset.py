@@ -4,7 +4,6 @@ ids, word-start flags, and the bytes of text per token (for bits per byte)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from lmlab.cache import cache_dir
 from lmlab.data.errors import DataError
 from lmlab.data.loader import ArraySource, TokenSource
 from lmlab.data.shards import TokenFile
@@ -79,8 +79,7 @@ BUILTIN_DATASET = "builtin-bpe-8192-v2"  # the name changes with the dataset for
 
 
 def builtin_dataset_dir() -> Path:
-    root = Path(os.environ.get("LMLAB_CACHE_DIR", Path.home() / ".cache" / "lmlab"))
-    return root / "datasets" / BUILTIN_DATASET
+    return cache_dir() / "datasets" / BUILTIN_DATASET
 
 
 def open_or_prepare(path: str | None) -> Dataset:

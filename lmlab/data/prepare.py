@@ -47,6 +47,8 @@ import numpy as np
 import tokenizers
 from tokenizers import Encoding, Tokenizer
 
+from lmlab.atomic import current_umask
+from lmlab.cache import only_one_process
 from lmlab.data.cleaning import CleaningReport, clean, split_of
 from lmlab.data.errors import DataError
 from lmlab.data.mixing import MixedSource, mix, parse_source, plan_mix, realised_shares
@@ -142,15 +144,23 @@ def _counted(documents: Iterable[str], stats: ReadStats) -> Iterator[str]:
 
 def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
              input_bytes: int | None) -> Path:
-    if is_complete(out):
-        _check_reusable(out, recipe, inputs)
-        return out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(f"{out} holds something that is not an lmlab dataset; choose another "
-                        "--out or empty it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(out)
+    # two runs started together on the built-in corpus: one prepares it, the other waits
+    with only_one_process(out, f"waiting for another process preparing {out}"):
+        if is_complete(out):  # made meanwhile by another process, or asked again
+            _check_reusable(out, recipe, inputs)
+            return out
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise DataError(f"{out} holds something that is not an lmlab dataset; choose "
+                            "another --out or empty it")
+        _remove_abandoned(out)
+        return _build_into(groups, out, recipe, inputs, input_bytes)
+
+
+def _build_into(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
+                input_bytes: int | None) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
+    os.chmod(work, 0o777 & ~current_umask())  # the dataset gets the user's permissions
     try:
         meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
                 "inputs": inputs, **_build(groups, recipe, work, input_bytes)}

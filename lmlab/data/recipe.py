@@ -17,11 +17,7 @@ from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import NearDedupConfig
 from lmlab.data.shards import token_dtype
 from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+from lmlab.settings_file import read_settings
 
 # The annotation of each kind of field → the Python types a value may have.
 FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int": (int,),
@@ -106,29 +102,9 @@ def make_recipe(file: Path | None = None, **values: Any) -> Recipe:
 
 
 def read_recipe_file(path: Path) -> dict:
-    if not path.is_file():
-        raise DataError("recipe file does not exist", path)
-    values = _parse(path, path.read_text(encoding="utf-8"))
-    if not isinstance(values, dict):
-        raise DataError("a recipe file must hold a mapping of field: value", path)
+    values = read_settings(path, "recipe file")
     _check_names(values, f"field in {path}:")
     return values
-
-
-def _parse(path: Path, text: str) -> Any:
-    if path.suffix == ".toml":
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise DataError(f"not valid TOML ({error})", path) from None
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            return yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
-            raise DataError(f"not valid YAML ({error})", path) from None
-    raise DataError("a recipe file must be .toml, .yaml or .yml", path)
 
 
 def _check_names(values: dict, what: str) -> None:

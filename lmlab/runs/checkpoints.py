@@ -22,6 +22,8 @@ import torch
 from safetensors.torch import load_model, save_file
 from torch import Tensor, nn
 
+from lmlab.atomic import current_umask
+
 MANIFEST = "manifest.json"
 PREFIX = "step-"
 
@@ -119,5 +121,6 @@ def publish_checkpoint(final: Path, step: int, tensors: dict[str, Tensor], state
 
 def write_durably(path: Path, write: Callable[[Path], object]) -> None:
     write(path)
+    os.chmod(path, 0o666 & ~current_umask())  # safetensors writes 0600
     with open(path, "rb") as f:
         os.fsync(f.fileno())

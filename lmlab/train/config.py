@@ -23,12 +23,8 @@ from typing import Any, Literal
 
 from lmlab.documented import check_choices, documented
 from lmlab.objectives.options import ObjectiveOptions
+from lmlab.settings_file import read_settings
 from lmlab.train.budget import parse_count
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -181,19 +177,7 @@ def parse_value(name: str, text: str, config_class: type = TrainConfig) -> Any:
 
 
 def read_config_file(path: Path, config_class: type = TrainConfig) -> dict:
-    if not path.is_file():
-        raise ValueError(f"config file {path} does not exist")
-    text = path.read_text()
-    if path.suffix == ".toml":
-        values = tomllib.loads(text)
-    elif path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        values = yaml.safe_load(text) or {}
-    else:
-        raise ValueError(f"config file {path} must be .toml, .yaml or .yml")
-    if not isinstance(values, dict):
-        raise ValueError(f"config file {path} must hold a mapping of field: value")
+    values = read_settings(path, "config file")
     for name in values:
         check_field(name, config_class)
     return values

@@ -9,7 +9,6 @@ heads' total width stands for d_model where a config sets the head size apart).
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from lmlab.atomic import write_text_atomic
+from lmlab.cache import cache_dir
 from lmlab.config import ModelConfig
 from lmlab.train.distributed import Env, from_rank_0
 from lmlab.train.precision import PRECISION_DTYPES
@@ -45,8 +45,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 
 
 
 def _cache_file() -> Path:
-    root = Path(os.environ.get("LMLAB_CACHE_DIR", Path.home() / ".cache" / "lmlab"))
-    return root / "peak_flops.json"
+    return cache_dir() / "peak_flops.json"
 
 
 def _cpu_name() -> str:
