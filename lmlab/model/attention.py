@@ -1,6 +1,10 @@
-"""Multi-head self-attention with a KV cache, through SDPA or, where faster, a plain one."""
+"""Multi-head self-attention with a KV cache, through SDPA or, where faster, a plain one; on a
+GPU, policies that need a mask (packed documents, prefix LM, span corruption) go through
+FlexAttention's block masks instead of a dense boolean mask."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +20,36 @@ from lmlab.model.masks import MaskSpec
 # 29 ms against 13-16 ms a layer), while in fp32 they are level; beyond this many keys the
 # fused kernel's memory behaviour wins (at 512 they are level, at 1024 it is 3x faster).
 EXPLICIT_MAX_KEYS = 256
+# Devices where a masked policy runs through compiled FlexAttention: its kernels skip the
+# blocks no query may see. On CPU it has no backward pass, so there SDPA takes a dense mask.
+FLEX_DEVICES = frozenset({"cuda"})
+
+
+def attend_under(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, dropout_p: float) -> Tensor:
+    """Attention under `mask`'s policy by the fastest route for the device: no mask or
+    `is_causal` where the policy allows, else FlexAttention's block mask (on FLEX_DEVICES,
+    without dropout, which it lacks) or a dense mask."""
+    query_len, key_len = q.shape[2], k.shape[2]
+    if mask.needs_mask(query_len, key_len) and q.device.type in FLEX_DEVICES and not dropout_p:
+        return flex_attend(q, k, v, mask.block_mask(query_len, key_len))
+    attn_mask, is_causal = mask.sdpa_arguments(query_len, key_len)
+    return attend(q, k, v, attn_mask, is_causal, dropout_p)
+
+
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
+    """softmax(q·kᵀ/√d)·v over the pairs `block_mask` allows, by FlexAttention: compiled into
+    one fused kernel on a GPU, eager elsewhere (forward only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    run = _compiled_flex_attention() if q.device.type == "cuda" else flex_attention
+    return run(q, k, v, block_mask=block_mask, enable_gqa=_grouped(q, k))
+
+
+@functools.cache
+def _compiled_flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
@@ -107,6 +141,5 @@ class SelfAttention(nn.Module):
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if cache is not None:
             k, v = cache.update(self.layer_index, k, v)
-        attn_mask, is_causal = mask.sdpa_arguments(length, k.shape[2])
-        y = attend(q, k, v, attn_mask, is_causal, self.dropout if self.training else 0.0)
+        y = attend_under(q, k, v, mask, self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(batch, length, -1))

@@ -13,6 +13,7 @@ Padding is segment 0; a padding query sees only padding keys, a real query never
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,35 +49,69 @@ class MaskSpec:
         Queries are the last `query_len` of `key_len` positions (a KV cache holds the rest).
         With `segment_ids` given they must cover all `key_len` positions.
         """
-        no_segments = self.segment_ids is None
-        if no_segments and self.kind == "bidirectional":
-            return None, False
-        if no_segments and self.kind == "causal":
-            if query_len == key_len:
-                return None, True  # the fused kernel's own causal path
-            if query_len == 1:
-                return None, False  # one new token may see the whole cache
+        if not self.needs_mask(query_len, key_len):
+            # the fused kernel's own causal path, or no mask: every key, or one new token
+            # that may see the whole cache
+            causal = self.kind == "causal" and query_len == key_len
+            return None, causal
         return self.allowed(query_len, key_len)[:, None], False
 
+    def needs_mask(self, query_len: int, key_len: int) -> bool:
+        """Whether attention needs the policy spelled out (a dense mask or a block mask)
+        rather than SDPA's `is_causal` or no mask at all."""
+        if self.segment_ids is not None or self.kind == "prefix":
+            return True
+        return self.kind == "causal" and query_len not in (key_len, 1)
+
     def allowed(self, query_len: int, key_len: int) -> Tensor:
-        """Boolean (B or 1, Tq, Tk): True where query i may attend to key j."""
-        device = self.segment_ids.device if self.segment_ids is not None else None
-        if self.prefix_len is not None:
-            device = self.prefix_len.device
-        key_pos = torch.arange(key_len, device=device)
-        query_pos = key_pos[key_len - query_len:]
-        if self.kind == "bidirectional":
-            allowed = torch.ones(1, query_len, key_len, dtype=torch.bool, device=device)
-        else:
-            allowed = (key_pos[None, :] <= query_pos[:, None])[None]
-            if self.kind == "prefix":
-                in_prefix = key_pos[None, :] < self.prefix_len[:, None]  # (B, Tk)
-                allowed = allowed | in_prefix[:, None, :]
-        if self.segment_ids is not None:
-            keys = self.segment_ids
-            queries = keys[:, key_len - query_len:]
-            allowed = allowed & (queries[:, :, None] == keys[:, None, :])
-        return allowed
+        """Boolean (B or 1, Tq, Tk): True where query i may attend to key j — `may_attend`
+        evaluated at every (row, query, key)."""
+        device, rows = self._device_and_rows()
+        b = torch.arange(rows, device=device)[:, None, None]
+        q = torch.arange(query_len, device=device)[None, :, None]
+        k = torch.arange(key_len, device=device)[None, None, :]
+        allowed = self.may_attend(key_len - query_len)(b, 0, q, k)
+        return allowed.expand(rows, query_len, key_len)
+
+    def may_attend(self, query_offset: int) -> Callable[..., Tensor]:
+        """The policy as one rule, `(row, head, query, key) → may the query attend to the
+        key`, on index tensors that broadcast: FlexAttention's mask_mod, and what `allowed`
+        evaluates densely. Query q sits at position q + query_offset (a KV cache holds the
+        earlier ones)."""
+        kind, prefix_len, segments = self.kind, self.prefix_len, self.segment_ids
+
+        def mask_mod(b: Tensor, h, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            query_pos = q_idx + query_offset
+            if kind == "bidirectional":
+                allowed = kv_idx >= 0
+            else:
+                allowed = kv_idx <= query_pos
+                if kind == "prefix":
+                    allowed = allowed | (kv_idx < prefix_len[b])
+            if segments is not None:
+                allowed = allowed & (segments[b, query_pos] == segments[b, kv_idx])
+            return allowed
+
+        return mask_mod
+
+    def block_mask(self, query_len: int, key_len: int):
+        """FlexAttention's BlockMask of the policy, built once per MaskSpec and shape: every
+        layer of a forward pass shares it, and blocks no query may see are skipped."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        built = self.__dict__.setdefault("_block_masks", {})  # frozen: a cache beside fields
+        if (query_len, key_len) not in built:
+            device, rows = self._device_and_rows()
+            built[query_len, key_len] = create_block_mask(
+                self.may_attend(key_len - query_len), rows, None, query_len, key_len,
+                device=device if device is not None else "cpu")
+        return built[query_len, key_len]
+
+    def _device_and_rows(self) -> tuple[torch.device | None, int]:
+        for per_row in (self.segment_ids, self.prefix_len):
+            if per_row is not None:
+                return per_row.device, per_row.shape[0]
+        return None, 1
 
 
 def segments_from_document_ends(tokens: Tensor, end_id: int, pad_id: int) -> Tensor:
