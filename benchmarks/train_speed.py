@@ -10,8 +10,13 @@ masking, and GPT2LMHeadModel, each trained with a plain AdamW loop. Settings: fp
 autocast eager, bf16 + torch.compile. Each measurement runs in its own process so peak RSS is
 its own.
 
+For CLM, nanoGPT's GPT (its own model.py, imported from a checkout given by --nanogpt, e.g.
+`git clone https://github.com/karpathy/nanoGPT`) with the same shape, GPT-2's biases and
+tied embeddings, trained with its own configure_optimizers, is a second baseline.
+
     python benchmarks/train_speed.py                 # everything (several minutes)
     python benchmarks/train_speed.py --settings fp32 --steps 8
+    python benchmarks/train_speed.py --objectives clm --nanogpt ~/src/nanoGPT
 """
 
 from __future__ import annotations
@@ -115,6 +120,33 @@ def hf_step_fn(objective_name: str, compile_model: bool):
     return step, None
 
 
+def nanogpt_step_fn(objective_name: str, compile_model: bool):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "nanogpt_model", Path(os.environ["NANOGPT_DIR"]) / "model.py")
+    nanogpt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nanogpt)
+    model = nanogpt.GPT(nanogpt.GPTConfig(block_size=SEQ, vocab_size=VOCAB, n_layer=LAYERS,
+                                          n_head=HEADS, n_embd=WIDTH, dropout=0.0, bias=True))
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), "cpu")
+    forward = torch.compile(model) if compile_model else model
+    generator = torch.Generator().manual_seed(0)
+
+    def step(precision: str) -> None:
+        tokens = torch.randint(107, VOCAB, (BATCH, SEQ + 1), generator=generator)
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+            _, loss = forward(tokens[:, :-1], tokens[:, 1:].contiguous())  # it views targets
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, None
+
+
+BUILDERS = {"lmlab": lmlab_step_fn, "hf": hf_step_fn, "nanogpt": nanogpt_step_fn}
+
+
 def measure_one(implementation: str, objective: str, setting: str, steps: int) -> dict:
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -122,8 +154,7 @@ def measure_one(implementation: str, objective: str, setting: str, steps: int) -
     precision = setting.split("+")[0]
     if implementation == "lmlab":
         keep_freed_memory()  # as `lmlab pretrain` does (unless LMLAB_MALLOC_TUNE=0)
-    build = lmlab_step_fn if implementation == "lmlab" else hf_step_fn
-    step, cfg = build(objective, compile_model)
+    step, cfg = BUILDERS[implementation](objective, compile_model)
     start = time.perf_counter()
     step(precision)  # the first step pays for compilation, if any
     first_step = time.perf_counter() - start
@@ -160,6 +191,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_speed.json"))
+    parser.add_argument("--nanogpt", type=Path,
+                        help="a nanoGPT checkout: its GPT is a further CLM baseline")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_one(*args.one, args.steps)))
@@ -168,8 +201,12 @@ def main() -> None:
     for objective in args.objectives:
         for setting in args.settings:
             best: dict[str, dict] = {}
+            implementations = list(IMPLEMENTATIONS)
+            if args.nanogpt and objective == "clm":
+                implementations.append(("nanogpt", {**IMPLEMENTATIONS[0][1],
+                                                    "NANOGPT_DIR": str(args.nanogpt)}))
             for _ in range(args.repeats):  # interleaved, so load changes hit every side
-                for implementation, settings in IMPLEMENTATIONS:
+                for implementation, settings in implementations:
                     command = [sys.executable, __file__, "--one", implementation.split("+")[0],
                                objective, setting, "--steps", str(args.steps)]
                     env = {**os.environ, **settings}
@@ -183,6 +220,10 @@ def main() -> None:
                    "ratio": _ratio(best, "lmlab", "hf", "tokens_per_second"),
                    "ratio_cpu_time": _ratio(best, "lmlab", "hf", "tokens_per_cpu_second"),
                    "tuned_gain": _ratio(best, "lmlab+tuned", "lmlab", "tokens_per_second"),
+                   **({"ratio_nanogpt": _ratio(best, "lmlab", "nanogpt", "tokens_per_second"),
+                       "ratio_nanogpt_tuned": _ratio(best, "lmlab+tuned", "nanogpt",
+                                                     "tokens_per_second")}
+                      if "nanogpt" in best else {}),
                    **{f"{impl}_{key}": value for impl, result in best.items()
                       for key, value in result.items()}}
             rows.append(row)
@@ -194,7 +235,10 @@ def main() -> None:
                   f"(x{row['tuned_gain']:.2f})  MFU {lmlab.get('mfu', float('nan')):.0%}  "
                   f"RSS lmlab {lmlab['peak_rss_mb']:.0f} MB / hf {best['hf']['peak_rss_mb']:.0f} MB"
                   f"  first step {lmlab['first_step_s']:.1f}s / hf "
-                  f"{best['hf']['first_step_s']:.1f}s", flush=True)
+                  f"{best['hf']['first_step_s']:.1f}s"
+                  + (f"  nanoGPT {best['nanogpt']['tokens_per_second']:6.0f} tok/s (lmlab "
+                     f"x{row['ratio_nanogpt']:.2f}, tuned x{row['ratio_nanogpt_tuned']:.2f})"
+                     if "nanogpt" in best else ""), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2))
 

@@ -35,8 +35,11 @@ class MaskSpec:
         if (self.kind == "prefix") != (self.prefix_len is not None):
             raise ValueError("prefix_len is required for, and only for, kind='prefix'")
 
-    def to(self, device: torch.device | str) -> MaskSpec:
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+    def to(self, device: torch.device | str,
+           move: Callable[[Tensor | None], Tensor | None] | None = None) -> MaskSpec:
+        """The spec on `device`; `move` copies each tensor (a batch's own way, pinned)."""
+        if move is None:
+            move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return MaskSpec(self.kind, move(self.prefix_len), move(self.segment_ids))
 
     def rows(self, start: int, stop: int) -> MaskSpec:

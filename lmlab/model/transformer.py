@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache, SelfAttention
@@ -50,6 +51,9 @@ class Transformer(nn.Module):
         self.final_norm = nn.Identity() if post else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        # Recompute each block's activations in the backward pass instead of keeping them:
+        # memory for a longer context or a bigger batch, paid with about one more forward.
+        self.checkpoint_blocks = False
 
     def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
                 token_type_ids: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
@@ -70,8 +74,12 @@ class Transformer(nn.Module):
             x = x + self.token_type_embedding(types)
         x = self.dropout(self.embedding_norm(x))
         rotary = self.rotary(positions) if self.rotary is not None else None
+        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, mask, rotary, cache)
+            if recompute:
+                x = checkpoint(block, x, mask, rotary, cache, use_reentrant=False)
+            else:
+                x = block(x, mask, rotary, cache)
         if cache is not None:
             cache.advance(length)
         return self.final_norm(x)

@@ -169,9 +169,19 @@ class Batch:
         return int((segments > 0).sum()) if segments is not None else self.input_ids.numel()
 
     def to(self, device: torch.device | str) -> Batch:
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        """The batch on `device`. Copies to a GPU start from pinned host memory and do not
+        wait, so the host goes on queueing the step while they run."""
+        pin = torch.device(device).type == "cuda"
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            if pin and t.device.type == "cpu":
+                t = t.pin_memory()
+            return t.to(device, non_blocking=True)
+
         return replace(
-            self, input_ids=move(self.input_ids), mask=self.mask.to(device),
+            self, input_ids=move(self.input_ids), mask=self.mask.to(device, move),
             positions=move(self.positions), targets=move(self.targets),
             token_type_ids=move(self.token_type_ids),
             predict_at={k: move(v) for k, v in self.predict_at.items()},

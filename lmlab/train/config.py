@@ -47,6 +47,9 @@ class LoopConfig:
     precision: Literal["fp32", "bf16", "fp16"] = documented(
         "fp32", "compute precision (bf16/fp16: autocast; weights stay fp32)")
     compile: bool = documented(False, "compile the model with torch.compile")
+    activation_checkpointing: bool = documented(
+        False, "recompute each block's activations in the backward pass instead of keeping "
+               "them: less memory for about a third more compute")
     max_nonfinite_steps: int = documented(
         5, "stop after this many consecutive steps with a non-finite loss (each is skipped)")
     eval_every: int = documented(200, "steps between validations")

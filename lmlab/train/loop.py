@@ -169,6 +169,7 @@ def train_step(model, compute_loss, objective: Loss, micro_batches, env, precisi
 def run_training(t: Training) -> LoopState:
     """Step `t` until its total steps or a stop request; returns the final loop state."""
     cfg, state = t.cfg, t.state
+    t.model.backbone.checkpoint_blocks = cfg.activation_checkpointing
     compute_loss = forward_loss(t.train_model, t.objective, cfg.compile)
     log = MetricsLog(t.out, enable=t.env.is_main)
     log.truncate_after(state.step)
