@@ -17,12 +17,11 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
-from safetensors.torch import load_model, save_file
+from safetensors.torch import load_model, save
 from torch import Tensor, nn
-
-from lmlab.atomic import current_umask
 
 MANIFEST = "manifest.json"
 PREFIX = "step-"
@@ -95,10 +94,20 @@ def untied(weights: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in weights.items() if k not in tied}
 
 
+STAGING = ".tmp-"
+
+
 def staging_dir(final: Path) -> Path:
     """Where checkpoint `final` is written before `publish_checkpoint` renames it into place,
     so a crash never leaves a directory that looks complete."""
-    return final.parent / f".tmp-{final.name}"
+    return final.parent / f"{STAGING}{final.name}"
+
+
+def remove_unfinished(directory: Path) -> None:
+    """Delete the staging directories that failed or killed saves left in `directory`: they
+    are never read, but hold space a full disk needs back."""
+    for staging in directory.glob(f"{STAGING}{PREFIX}*"):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def publish_checkpoint(final: Path, step: int, tensors: dict[str, Tensor], state: dict,
@@ -107,20 +116,23 @@ def publish_checkpoint(final: Path, step: int, tensors: dict[str, Tensor], state
     already hold other files, e.g. optimizer shards) and rename it to `final`."""
     temporary = staging_dir(final)
     temporary.mkdir(parents=True, exist_ok=True)
-    write_durably(temporary / "model.safetensors", lambda path: save_file(tensors, str(path)))
-    write_durably(temporary / "state.pt", lambda path: torch.save(state, path))
+    # Through Python file objects, so a failed write surfaces as the OSError behind it.
+    write_durably(temporary / "model.safetensors", lambda file: file.write(save(tensors)))
+    write_durably(temporary / "state.pt", lambda file: torch.save(state, file))
     files = {p.name: sha256_of(p) for p in sorted(temporary.iterdir())}
     manifest = {"step": step, "files": files, **(metadata or {})}
     write_durably(temporary / MANIFEST,
-                  lambda path: path.write_text(json.dumps(manifest, indent=2)))
+                  lambda file: file.write(json.dumps(manifest, indent=2).encode()))
     if final.exists():
         shutil.rmtree(final)
     os.replace(temporary, final)  # the bytes are durable before the rename publishes them
     return final
 
 
-def write_durably(path: Path, write: Callable[[Path], object]) -> None:
-    write(path)
-    os.chmod(path, 0o666 & ~current_umask())  # safetensors writes 0600
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+def write_durably(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write` the new file `path` through a file object (made as any new file, with the
+    user's umask), then make its bytes durable."""
+    with open(path, "wb") as file:
+        write(file)
+        file.flush()
+        os.fsync(file.fileno())

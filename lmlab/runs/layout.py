@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from lmlab.atomic import write_text_atomic
-from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.checkpoints import list_checkpoints, remove_unfinished
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -50,6 +50,7 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> P
             _check_same_model(out, previous.get("model", {}), config.get("model", {}))
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
+    remove_unfinished(out / CHECKPOINTS)  # a killed or failed save's, before a full disk refills
     checkpoints = list_checkpoints(out / CHECKPOINTS)
     return checkpoints[-1] if checkpoints else None
 

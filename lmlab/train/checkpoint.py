@@ -3,6 +3,7 @@ old ones (the format, its atomic writing and verified reading: lmlab/runs/checkp
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from lmlab.runs.checkpoints import (
     list_checkpoints,
     publish_checkpoint,
     read_state,
+    remove_unfinished,
     staging_dir,
     write_durably,
 )
@@ -32,24 +34,51 @@ def save_checkpoint(directory: Path, step: int, weights: nn.Module | dict[str, T
 
     `weights` is a model or its `full_weights`. With `shard` (this rank's optimizer state
     under FSDP2) every rank of `env` must call this; rank 0 writes the rest and publishes.
+    A write that fails (a full disk) removes the staging directory and raises a
+    CheckpointError naming the checkpoint left to resume from.
     """
     main = env is None or env.is_main
     final = directory / checkpoint_name(step)
     temporary = staging_dir(final)
-    if main:
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir(parents=True)
-    if shard is not None:
-        barrier(env)
-        write_durably(temporary / optimizer_shard_name(env.rank),
-                      lambda path: torch.save(shard, path))
-        barrier(env)
-    if main:
-        tensors = full_weights(weights) if isinstance(weights, nn.Module) else weights
-        publish_checkpoint(final, step, tensors, state, metadata)
+    try:
+        if main:
+            remove_unfinished(directory)
+            temporary.mkdir(parents=True)
+        if shard is not None:
+            barrier(env)
+            write_durably(temporary / optimizer_shard_name(env.rank),
+                          lambda file: torch.save(shard, file))
+            barrier(env)
+        if main:
+            tensors = full_weights(weights) if isinstance(weights, nn.Module) else weights
+            publish_checkpoint(final, step, tensors, state, metadata)
+    except BaseException as error:
+        if main:
+            shutil.rmtree(temporary, ignore_errors=True)
+        cause = os_error_behind(error) if isinstance(error, Exception) else None
+        if cause is None:
+            raise
+        raise CheckpointError(failed_save_message(cause, final)) from None
     if shard is not None:
         barrier(env)
     return final
+
+
+def os_error_behind(error: BaseException) -> OSError | None:
+    """The OSError that `error` is or was raised while handling: torch.save reports a failed
+    write as a RuntimeError whose context is the OSError."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def failed_save_message(cause: OSError, final: Path) -> str:
+    reason = cause.strerror.lower() if cause.strerror else str(cause)
+    fix = "free some space" if cause.errno == errno.ENOSPC else "fix that"
+    earlier = list_checkpoints(final.parent)
+    kept = (f"the previous checkpoint {earlier[-1].name} is intact; {fix} and continue with "
+            "--resume" if earlier else f"no earlier checkpoint was saved; {fix} and start again")
+    return f"{reason} while saving checkpoint {final.name} in {final.parent}; {kept}"
 
 
 def load_optimizer_shard(path: Path, env: Env) -> dict:
