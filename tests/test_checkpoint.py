@@ -62,8 +62,9 @@ def test_a_corrupt_file_is_named_with_the_previous_good_checkpoint(tmp_path):
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"model.safetensors is missing or corrupt.*"
-                                              r"previous checkpoint is .*step-00000001"):
+    with pytest.raises(CheckpointError, match=r"model.safetensors is missing or corrupt "
+                                              r"\(checksum mismatch\); load the previous one "
+                                              r"with --checkpoint step-00000001$"):
         load_checkpoint(bad, model)
 
 

@@ -4,6 +4,7 @@ and what is still good stays usable."""
 
 import errno
 import random
+import shutil
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
+from lmlab.train.config import TrainConfig
+from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast"]
 TRAIN = ["pretrain", "--objective", "clm", "--model", "gpt2-tiny", "--seq-len", "32",
@@ -30,6 +33,41 @@ def toy_dataset():
     dataset = in_memory_dataset(ids[:180], ids[180:], special_tokens_of(tokenizer))
     dataset.tokenizer_json = tokenizer.to_str()
     return dataset
+
+
+@pytest.fixture(scope="module")
+def trained(toy_dataset, tmp_path_factory):
+    """A run with checkpoints step-00000002 and step-00000004; tests damage copies of it."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: one thread is faster on a busy machine
+    try:
+        pretrain(TrainConfig(objective="clm", model="gpt2-tiny", seq_len=32, batch_size=8,
+                             steps=4, eval_every=2, checkpoint_every=2, log_every=1,
+                             warmup_steps=1, out=str(out)), toy_dataset)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A copy of the trained run, to damage."""
+    return shutil.copytree(trained, tmp_path / "run")
+
+
+def flip_last_byte(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def use_cli(capsys, *args) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, last_line(err)
 
 
 @pytest.fixture
@@ -86,3 +124,26 @@ def test_a_full_disk_while_saving_is_one_line_and_resume_continues(tmp_path, mon
     assert code == 0
     assert not stale.exists()
     assert verify_checkpoint(list_checkpoints(out / "checkpoints")[-1])["step"] == 4
+
+
+def test_a_corrupt_checkpoint_names_the_previous_one_to_load(run, capsys):
+    last = run / "checkpoints" / "step-00000004"
+    flip_last_byte(last / "model.safetensors")
+    code, line = use_cli(capsys, "generate", str(run), "the", "--checkpoint", "last")
+    assert code == 1
+    assert line == (f"lmlab: error: checkpoint file {last / 'model.safetensors'} is missing or "
+                    "corrupt (checksum mismatch); load the previous one with --checkpoint "
+                    "step-00000002")
+    code, _ = use_cli(capsys, "generate", str(run), "the", "--checkpoint", "step-00000002",
+                      "--max-new-tokens", "2")
+    assert code == 0
+
+
+def test_resuming_from_a_corrupt_checkpoint_names_the_previous_one(run, pretrain_cli):
+    last = run / "checkpoints" / "step-00000004"
+    flip_last_byte(last / "state.pt")
+    code, line = pretrain_cli(run, "--resume", "--steps", "6")
+    assert code == 1
+    assert line == (f"lmlab: error: checkpoint file {last / 'state.pt'} is missing or corrupt "
+                    "(checksum mismatch); to resume from the previous checkpoint "
+                    f"step-00000002, move step-00000004 out of {run / 'checkpoints'}")

@@ -29,6 +29,7 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import TOKENIZER, prepare_run_dir
 from lmlab.runs.run import load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
+from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.loop import LoopState, Training, restore_loop_state, run_training
 from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import grad_scaler
@@ -141,7 +142,7 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
-    saved = load_checkpoint(resume_from, model) if resume_from else None
+    saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
     state = LoopState(total_steps=total_steps)

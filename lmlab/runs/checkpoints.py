@@ -31,6 +31,18 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is missing, incomplete or corrupt, stated in one line."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A file of `checkpoint` that fails its checksum or cannot be read. The message says how
+    to load the checkpoint before it; `problem` is the message without that advice, for
+    callers whose way out differs (--resume)."""
+
+    def __init__(self, checkpoint: Path, problem: str) -> None:
+        self.checkpoint, self.problem = checkpoint, problem
+        earlier = previous_checkpoint(checkpoint)
+        advice = f"; load the previous one with --checkpoint {earlier.name}" if earlier else ""
+        super().__init__(problem + advice)
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -52,6 +64,12 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
+def previous_checkpoint(path: Path) -> Path | None:
+    """The newest complete checkpoint saved before checkpoint `path`."""
+    earlier = [p for p in list_checkpoints(path.parent) if p.name < path.name]
+    return earlier[-1] if earlier else None
+
+
 def verify_checkpoint(path: Path) -> dict:
     """The manifest, after checking every file against its checksum."""
     manifest_path = path / MANIFEST
@@ -61,10 +79,8 @@ def verify_checkpoint(path: Path) -> dict:
     for name, expected in manifest["files"].items():
         file = path / name
         if not file.is_file() or sha256_of(file) != expected:
-            earlier = [p for p in list_checkpoints(path.parent) if p.name < path.name]
-            hint = f"; the previous checkpoint is {earlier[-1]}" if earlier else ""
-            raise CheckpointError(f"checkpoint file {file} is missing or corrupt "
-                                  f"(checksum mismatch){hint}")
+            raise DamagedCheckpoint(path, f"checkpoint file {file} is missing or corrupt "
+                                          "(checksum mismatch)")
     return manifest
 
 

@@ -12,8 +12,11 @@ from torch import Tensor, nn
 
 from lmlab.runs.checkpoints import (
     CheckpointError,
+    DamagedCheckpoint,
     checkpoint_name,
     list_checkpoints,
+    load_checkpoint,
+    previous_checkpoint,
     publish_checkpoint,
     read_state,
     remove_unfinished,
@@ -79,6 +82,19 @@ def failed_save_message(cause: OSError, final: Path) -> str:
     kept = (f"the previous checkpoint {earlier[-1].name} is intact; {fix} and continue with "
             "--resume" if earlier else f"no earlier checkpoint was saved; {fix} and start again")
     return f"{reason} while saving checkpoint {final.name} in {final.parent}; {kept}"
+
+
+def load_resume_checkpoint(path: Path, model: nn.Module) -> dict:
+    """`load_checkpoint` for --resume, which always takes the newest checkpoint: a damaged
+    one names the checkpoint before it and how to resume from that one instead."""
+    try:
+        return load_checkpoint(path, model)
+    except DamagedCheckpoint as damaged:
+        earlier = previous_checkpoint(path)
+        if earlier is None:
+            raise
+        raise CheckpointError(f"{damaged.problem}; to resume from the previous checkpoint "
+                              f"{earlier.name}, move {path.name} out of {path.parent}") from None
 
 
 def load_optimizer_shard(path: Path, env: Env) -> dict:

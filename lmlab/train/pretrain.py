@@ -18,7 +18,6 @@ from lmlab.objectives.base import Batch, Objective, SpecialTokens
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
-from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import TOKENIZER, prepare_run_dir
 from lmlab.train import distributed
 from lmlab.train.budget import (
@@ -29,6 +28,7 @@ from lmlab.train.budget import (
     step_budget,
     steps_in_minutes,
 )
+from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.config import TrainConfig
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
@@ -123,7 +123,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     if cfg.resume and resume_from is None and env.is_main:
         print(f"{out} has no checkpoint yet: starting from step 0")
     model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
-    saved = load_checkpoint(resume_from, model) if resume_from else None  # before sharding
+    # into the whole model, before sharding
+    saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
     state = LoopState()
