@@ -1,13 +1,24 @@
 """Checkpoints: atomic, verified, exact round trip, pruning."""
 
 import copy
+import json
+import pickle
 
 import numpy as np
 import pytest
 import torch
 
 from lmlab import LanguageModel, MaskSpec, preset
-from lmlab.runs.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
+from lmlab.runs.checkpoints import (
+    BEST,
+    MANIFEST,
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    read_state,
+    sha256_of,
+)
+from lmlab.runs.run import pick_checkpoint
 from lmlab.train.checkpoint import prune_checkpoints, save_checkpoint
 from lmlab.train.optim import make_optimizer
 
@@ -87,3 +98,62 @@ def test_pruning_keeps_the_newest_and_the_named(tmp_path):
     prune_checkpoints(tmp_path, keep_last=2, keep={paths[0]})
     assert [p.name for p in list_checkpoints(tmp_path)] == [
         "step-00000001", "step-00000004", "step-00000005"]
+
+
+def rewrite_with_checksum(checkpoint, name, data: bytes) -> None:
+    """Replace a checkpoint file and its manifest entry: damage the checksum cannot see."""
+    (checkpoint / name).write_bytes(data)
+    manifest = json.loads((checkpoint / MANIFEST).read_text())
+    manifest["files"][name] = sha256_of(checkpoint / name)
+    (checkpoint / MANIFEST).write_text(json.dumps(manifest))
+
+
+def refuse_torch_load(*args, **kwargs):
+    raise AssertionError("a checkpoint's state was loaded")
+
+
+@pytest.mark.parametrize("in_manifest", [True, False], ids=["manifest", "older-run"])
+def test_the_best_checkpoint_is_found_from_the_last_ones_record(tmp_path, monkeypatch,
+                                                                in_manifest):
+    model, optimizer = trained_pair()
+    state = {"loop": {"best_checkpoint": "step-00000001"}, "optimizer": optimizer.state_dict()}
+    for step in (1, 2):  # runs saved before the manifest held the best hold it in the state
+        save_checkpoint(tmp_path / "checkpoints", step, model, state,
+                        {BEST: "step-00000001"} if in_manifest else None)
+    if in_manifest:
+        monkeypatch.setattr(torch, "load", refuse_torch_load)
+    assert pick_checkpoint(tmp_path, "best").name == "step-00000001"
+
+
+def test_an_older_runs_unreadable_state_names_the_previous_checkpoint(tmp_path):
+    model, _ = trained_pair()
+    save_checkpoint(tmp_path / "checkpoints", 1, model, {"loop": {}})
+    last = save_checkpoint(tmp_path / "checkpoints", 2, model, {"loop": {}})
+    rewrite_with_checksum(last, "state.pt", (last / "state.pt").read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"state.pt is truncated or not a checkpoint state; "
+                                              r"load the previous one with --checkpoint "
+                                              r"step-00000001$"):
+        pick_checkpoint(tmp_path, "best")
+
+
+class Trap:
+    """Unpickling this would run code."""
+
+    def __reduce__(self):
+        return (exec, ("raise SystemExit('unpickled')",))
+
+
+@pytest.mark.parametrize("data,problem", [
+    (b"", "is truncated or not a checkpoint state"),
+    (b"text, not a checkpoint state\n", "is truncated or not a checkpoint state"),
+    (pickle.dumps(Trap(), protocol=2), "is truncated or not a checkpoint state"),
+    ([1, 2], "is not a checkpoint state (it holds a list, not a dict)"),
+], ids=["empty", "text", "arbitrary-pickle", "not-a-dict"])
+def test_a_damaged_state_file_is_named_in_one_line(tmp_path, data, problem):
+    if isinstance(data, bytes):
+        (tmp_path / "state.pt").write_bytes(data)
+    else:
+        torch.save(data, tmp_path / "state.pt")
+    with pytest.raises(CheckpointError) as caught:
+        read_state(tmp_path)
+    assert str(caught.value) == f"{tmp_path / 'state.pt'} {problem}"

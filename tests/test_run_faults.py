@@ -13,8 +13,10 @@ from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
+from lmlab.runs.run import load_run
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
+from tests.test_checkpoint import refuse_torch_load, rewrite_with_checksum
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast"]
 TRAIN = ["pretrain", "--objective", "clm", "--model", "gpt2-tiny", "--seq-len", "32",
@@ -147,3 +149,18 @@ def test_resuming_from_a_corrupt_checkpoint_names_the_previous_one(run, pretrain
     assert line == (f"lmlab: error: checkpoint file {last / 'state.pt'} is missing or corrupt "
                     "(checksum mismatch); to resume from the previous checkpoint "
                     f"step-00000002, move step-00000004 out of {run / 'checkpoints'}")
+
+
+def test_using_a_run_loads_no_checkpoint_state(trained, monkeypatch):
+    monkeypatch.setattr(torch, "load", refuse_torch_load)  # the optimizer is not read to infer
+    assert load_run(trained).checkpoint.name in {"step-00000002", "step-00000004"}
+
+
+def test_resuming_from_an_unreadable_state_names_the_previous_checkpoint(run, pretrain_cli):
+    last = run / "checkpoints" / "step-00000004"
+    rewrite_with_checksum(last, "state.pt", (last / "state.pt").read_bytes()[:1000])
+    code, line = pretrain_cli(run, "--resume", "--steps", "6")
+    assert code == 1
+    assert line == (f"lmlab: error: {last / 'state.pt'} is truncated or not a checkpoint "
+                    "state; to resume from the previous checkpoint step-00000002, move "
+                    f"step-00000004 out of {run / 'checkpoints'}")

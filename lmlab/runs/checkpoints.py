@@ -3,7 +3,8 @@
 A checkpoint is a directory `step-00001234/` holding `model.safetensors` (whole weights, however
 the run was sharded), `state.pt` (optimizer, loop and data position: tensors and plain values
 only, loaded with weights_only=True), under FSDP2 one `optimizer-rank-N.pt` per rank instead of
-the optimizer in `state.pt`, and `manifest.json` with the SHA-256 of each file. Readers verify
+the optimizer in `state.pt`, and `manifest.json` with the SHA-256 of each file (and, from
+training, the run's best checkpoint so far, so finding it reads no state). Readers verify
 every file against the manifest before using it; a mismatch names the file and the previous
 good checkpoint. `publish_checkpoint` writes one; training adds FSDP2 shards and pruning
 (lmlab/train/checkpoint.py).
@@ -25,6 +26,7 @@ from torch import Tensor, nn
 
 MANIFEST = "manifest.json"
 PREFIX = "step-"
+BEST = "best_checkpoint"  # the manifest's record of the run's best checkpoint when it was saved
 
 
 class CheckpointError(RuntimeError):
@@ -70,12 +72,21 @@ def previous_checkpoint(path: Path) -> Path | None:
     return earlier[-1] if earlier else None
 
 
-def verify_checkpoint(path: Path) -> dict:
-    """The manifest, after checking every file against its checksum."""
+def read_manifest(path: Path) -> dict:
+    """Checkpoint `path`'s manifest, as written (nothing verified)."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        return json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DamagedCheckpoint(path, f"{manifest_path} is not a readable checkpoint manifest "
+                                      f"({error})") from None
+
+
+def verify_checkpoint(path: Path) -> dict:
+    """The manifest, after checking every file against its checksum."""
+    manifest = read_manifest(path)
     for name, expected in manifest["files"].items():
         file = path / name
         if not file.is_file() or sha256_of(file) != expected:
@@ -84,19 +95,34 @@ def verify_checkpoint(path: Path) -> dict:
     return manifest
 
 
-def load_checkpoint(path: Path, model: nn.Module) -> dict:
-    """Verify, load the weights into `model` (tied weights included) and return the state."""
+def load_weights(path: Path, model: nn.Module) -> None:
+    """Verify checkpoint `path` and load its weights into `model` (tied weights included)."""
     verify_checkpoint(path)
     missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path} does not fit this model: missing "
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def load_checkpoint(path: Path, model: nn.Module) -> dict:
+    """`load_weights`, then the state to continue training from."""
+    load_weights(path, model)
     return read_state(path)
 
 
 def read_state(path: Path, name: str = "state.pt") -> dict:
     """A checkpoint's state file: tensors and plain values only, never arbitrary pickles."""
-    return torch.load(path / name, weights_only=True, map_location="cpu")
+    file = path / name
+    try:
+        state = torch.load(file, weights_only=True, map_location="cpu")
+    except OSError:
+        raise
+    except Exception:  # malformed bytes fail the weights-only unpickler in many, cryptic ways
+        raise DamagedCheckpoint(path, f"{file} is truncated or not a checkpoint state") from None
+    if not isinstance(state, dict):
+        raise DamagedCheckpoint(path, f"{file} is not a checkpoint state (it holds a "
+                                      f"{type(state).__name__}, not a dict)")
+    return state
 
 
 def untied(weights: dict[str, Tensor], model: nn.Module) -> dict[str, Tensor]:

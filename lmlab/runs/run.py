@@ -26,9 +26,12 @@ from lmlab.objectives.base import Objective, SpecialTokens
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import (
+    BEST,
     CheckpointError,
+    DamagedCheckpoint,
     list_checkpoints,
-    load_checkpoint,
+    load_weights,
+    read_manifest,
     read_state,
     verify_checkpoint,
 )
@@ -96,10 +99,14 @@ def pick_checkpoint(run: Path, which: str) -> Path:
 
 
 def _best_name(last: Path) -> str:
-    """The best checkpoint's name, as the last checkpoint's loop state recorded it."""
+    """The best checkpoint's name, as the last checkpoint recorded it: in its manifest, or
+    (runs saved before the manifest held it) in its loop state, read whole."""
+    manifest = read_manifest(last)
+    if BEST in manifest:
+        return manifest[BEST]
     try:
         state = read_state(last)
-    except Exception:  # an unreadable state file: the checksums say which file and why
+    except DamagedCheckpoint:  # a checksum mismatch, if any, says more
         verify_checkpoint(last)
         raise
     return state.get("loop", {}).get("best_checkpoint", "")
@@ -196,7 +203,7 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
         raise RunLoadError(f"{run / CONFIG}: {error}") from None
     model = LanguageModel(model_cfg, heads=heads)  # as training built it
     try:
-        load_checkpoint(chosen, model)
+        load_weights(chosen, model)
     except CheckpointError as error:
         raise RunLoadError(str(error)) from None
     model.to(device).eval()

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lmlab.objectives.base import Batch, LossSum
-from lmlab.runs.checkpoints import checkpoint_name, list_checkpoints
+from lmlab.runs.checkpoints import BEST, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
 from lmlab.train.budget import DEADLINE_LOG_POINTS, Deadline
@@ -338,12 +338,13 @@ def save_training(t: Training) -> None:
     directory = t.out / CHECKPOINTS
     weights = distributed.full_weights(t.model)
     loop_state = {"loop": vars(t.state).copy()}
+    metadata = {BEST: t.state.best_checkpoint}  # in the manifest: found without the state
     if sharded:
-        save_checkpoint(directory, t.state.step, weights, loop_state,
+        save_checkpoint(directory, t.state.step, weights, loop_state, metadata,
                         shard=distributed.local_optimizer_state(t.optimizer), env=t.env)
     else:
         save_checkpoint(directory, t.state.step, weights,
-                        {**loop_state, "optimizer": t.optimizer.state_dict()})
+                        {**loop_state, "optimizer": t.optimizer.state_dict()}, metadata)
     if t.env.is_main:
         best = t.state.best_checkpoint
         prune_checkpoints(directory, t.cfg.keep_last, {directory / best} if best else set())
