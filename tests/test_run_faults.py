@@ -3,6 +3,7 @@ corrupt or swapped file): each is refused in one line that names the file and th
 and what is still good stays usable."""
 
 import errno
+import pickle
 import random
 import shutil
 
@@ -16,7 +17,7 @@ from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
 from lmlab.runs.run import load_run
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
-from tests.test_checkpoint import refuse_torch_load, rewrite_with_checksum
+from tests.test_checkpoint import Trap, refuse_torch_load, rewrite_with_checksum
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast"]
 TRAIN = ["pretrain", "--objective", "clm", "--model", "gpt2-tiny", "--seq-len", "32",
@@ -164,3 +165,18 @@ def test_resuming_from_an_unreadable_state_names_the_previous_checkpoint(run, pr
     assert line == (f"lmlab: error: {last / 'state.pt'} is truncated or not a checkpoint "
                     "state; to resume from the previous checkpoint step-00000002, move "
                     f"step-00000004 out of {run / 'checkpoints'}")
+
+
+@pytest.mark.parametrize("pickled", ["torch.save", "code"])
+def test_a_pickle_in_place_of_the_weights_is_refused_unread(run, capsys, pickled):
+    last = run / "checkpoints" / "step-00000004"
+    data = pickle.dumps(Trap(), protocol=2)  # unpickling it would end the test
+    if pickled == "torch.save":
+        torch.save(load_run(run, "last").model.state_dict(), last / "model.safetensors")
+        data = (last / "model.safetensors").read_bytes()
+    rewrite_with_checksum(last, "model.safetensors", data)
+    code, line = use_cli(capsys, "generate", str(run), "the", "--checkpoint", "last")
+    assert code == 1
+    assert line == (f"lmlab: error: {last / 'model.safetensors'} is not a safetensors file "
+                    "(Error while deserializing header: header too large); load the previous "
+                    "one with --checkpoint step-00000002")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
 
@@ -98,7 +99,11 @@ def verify_checkpoint(path: Path) -> dict:
 def load_weights(path: Path, model: nn.Module) -> None:
     """Verify checkpoint `path` and load its weights into `model` (tied weights included)."""
     verify_checkpoint(path)
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    file = path / "model.safetensors"
+    try:  # safetensors reads tensors only: a pickle put there is refused, never run
+        missing, unexpected = load_model(model, str(file), strict=False)
+    except SafetensorError as error:
+        raise DamagedCheckpoint(path, f"{file} is not a safetensors file ({error})") from None
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path} does not fit this model: missing "
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
