@@ -3,6 +3,7 @@ corrupt or swapped file): each is refused in one line that names the file and th
 and what is still good stays usable."""
 
 import errno
+import json
 import pickle
 import random
 import shutil
@@ -13,7 +14,11 @@ import torch
 from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
+from lmlab.export.importer import import_hf
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.setup import finetune
+from lmlab.runs.checkpoints import list_checkpoints, sha256_of, verify_checkpoint
+from lmlab.runs.layout import TOKENIZER_SHA256
 from lmlab.runs.run import load_run
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
@@ -180,3 +185,42 @@ def test_a_pickle_in_place_of_the_weights_is_refused_unread(run, capsys, pickled
     assert line == (f"lmlab: error: {last / 'model.safetensors'} is not a safetensors file "
                     "(Error while deserializing header: header too large); load the previous "
                     "one with --checkpoint step-00000002")
+
+
+def test_a_tokenizer_swapped_into_a_run_is_refused(run, capsys):
+    tokenizer = run / "tokenizer.json"
+    tokenizer.write_text(train_tokenizer(WORDS, vocab_size=300, kind="wordpiece").to_str())
+    code, line = use_cli(capsys, "generate", str(run), "the")
+    assert code == 1
+    assert line == (f"lmlab: error: {tokenizer} is not the tokenizer this run was trained "
+                    "with (its SHA-256 differs from the one recorded in config.json); put the "
+                    "run's own tokenizer.json back")
+    tokenizer.unlink()
+    code, line = use_cli(capsys, "generate", str(run), "the")
+    assert code == 1 and line == (f"lmlab: error: {tokenizer} is missing, but this run was "
+                                  "trained with one (config.json records its SHA-256); put the "
+                                  "run's own tokenizer.json back")
+
+
+def test_a_run_saved_before_tokenizers_were_recorded_still_loads(run):
+    config = json.loads((run / "config.json").read_text())
+    del config[TOKENIZER_SHA256]
+    (run / "config.json").write_text(json.dumps(config))
+    assert load_run(run).tokenizer is not None
+
+
+def test_fine_tuned_and_imported_runs_record_their_tokenizer(trained, tmp_path):
+    from tests.test_hf_import import saved_gpt2
+
+    rows = "".join(f"{label}\tthe cat {word} runs\n" for label, word in
+                   [("pos", "likes"), ("neg", "sees")] * 8)
+    (tmp_path / "rows.tsv").write_text("label\tsentence\n" + rows)
+    fine_tuned = finetune(trained, FinetuneConfig(
+        train=str(tmp_path / "rows.tsv"), validation=str(tmp_path / "rows.tsv"), steps=1,
+        batch_size=8, out=str(tmp_path / "fine-tuned")))
+    saved_gpt2(tmp_path / "hf")
+    imported = import_hf(tmp_path / "hf", tmp_path / "imported").out
+    for made in (fine_tuned, imported):
+        config = json.loads((made / "config.json").read_text())
+        assert config[TOKENIZER_SHA256] == sha256_of(made / "tokenizer.json")
+        assert load_run(made).tokenizer is not None

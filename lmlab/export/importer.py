@@ -27,7 +27,7 @@ from lmlab.export.hf_files import HFImportError, HFModel, read_gguf, read_hf_dir
 from lmlab.model import LanguageModel
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
-from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER_SHA256, write_tokenizer
 
 # Buffers some checkpoints carry that hold no learnt weight: BERT's position ids, old GPT-2
 # attention masks, rotary frequencies.
@@ -147,8 +147,8 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
               "imported": {"from": str(source.resolve()),
                            "architectures": hf.config.get("architectures"), "family": family}}
     with atomic_directory(out) as staging:
+        config[TOKENIZER_SHA256] = write_tokenizer(staging, hf.tokenizer.to_str())
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
-        (staging / TOKENIZER).write_text(hf.tokenizer.to_str())
         publish_checkpoint(staging / CHECKPOINTS / checkpoint_name(0), 0,
                            untied(model.state_dict(), model), {"loop": {}},
                            {"imported_from": str(source.resolve())})

@@ -26,7 +26,7 @@ from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
-from lmlab.runs.layout import TOKENIZER, prepare_run_dir
+from lmlab.runs.layout import prepare_run_dir
 from lmlab.runs.run import load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
@@ -129,10 +129,10 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
     if cfg.resume:
         config, _ = resumed_config(out, config, budgets=())
-    resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
+    resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, tokenizer.to_str())
+                   if env.is_main else None)
     resume_from = distributed.broadcast_path(resume_from, env)
     if env.is_main:
-        (out / TOKENIZER).write_text(tokenizer.to_str())
         pooling = f", {cfg.pooling} pooling" if HEADS[task.head].kind == "sequence" else ""
         print(f"fine-tuning {source} for {cfg.task}"
               + (f" ({len(task.labels)} labels)" if task.labels else "")

@@ -1,6 +1,7 @@
 """The run directory: what a run leaves behind, and the rules for reusing one.
 
-    RUN/config.json         the resolved training and model configuration
+    RUN/config.json         the resolved training and model configuration, and the SHA-256
+                            of tokenizer.json (so a tokenizer swapped in is refused)
     RUN/tokenizer.json      the dataset's tokenizer, so the run is usable on its own
     RUN/checkpoints/        step-XXXXXXXX/ (see checkpoints.py)
     RUN/metrics.jsonl       one record per logged step and evaluation
@@ -9,15 +10,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
-from lmlab.atomic import write_text_atomic
+from lmlab.atomic import atomic_write, write_text_atomic
 from lmlab.runs.checkpoints import list_checkpoints, remove_unfinished
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
+TOKENIZER_SHA256 = "tokenizer_sha256"  # config.json's record of the tokenizer.json written
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
@@ -27,8 +30,10 @@ class RunDirError(ValueError):
     """A run directory that cannot be used as asked, stated in one line."""
 
 
-def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> Path | None:
-    """Make `out` ready; returns the checkpoint to resume from, if any.
+def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
+                    tokenizer_json: str | None = None) -> Path | None:
+    """Make `out` ready, with `config` and the run's tokenizer (if it has one) written;
+    returns the checkpoint to resume from, if any.
 
     A directory holding another run needs --resume or --overwrite; one holding unrelated
     files is never touched. A run whose saved configuration equals this one is resumed.
@@ -49,10 +54,20 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool) -> P
         else:
             _check_same_model(out, previous.get("model", {}), config.get("model", {}))
     out.mkdir(parents=True, exist_ok=True)
+    if tokenizer_json:
+        config = {**config, TOKENIZER_SHA256: write_tokenizer(out, tokenizer_json)}
     write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
     remove_unfinished(out / CHECKPOINTS)  # a killed or failed save's, before a full disk refills
     checkpoints = list_checkpoints(out / CHECKPOINTS)
     return checkpoints[-1] if checkpoints else None
+
+
+def write_tokenizer(run: Path, tokenizer_json: str) -> str:
+    """Write `run`'s tokenizer.json; returns its SHA-256, for config.json to record."""
+    data = tokenizer_json.encode()
+    with atomic_write(run / TOKENIZER, "wb") as file:
+        file.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:
@@ -69,6 +84,7 @@ def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:
 
 
 def _comparable(config: dict) -> dict:
-    """The configuration without the flags that only say how to treat the directory."""
+    """The configuration without the flags that only say how to treat the directory and the
+    record of what was written there."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in ("resume", "overwrite")}
-    return {**config, "train": train}
+    return {**{k: v for k, v in config.items() if k != TOKENIZER_SHA256}, "train": train}

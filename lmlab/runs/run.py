@@ -33,9 +33,10 @@ from lmlab.runs.checkpoints import (
     load_weights,
     read_manifest,
     read_state,
+    sha256_of,
     verify_checkpoint,
 )
-from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER, TOKENIZER_SHA256
 
 
 class RunLoadError(ValueError):
@@ -142,6 +143,22 @@ def read_config(run: Path) -> dict:
     return config
 
 
+def check_tokenizer(run: Path, config: dict) -> None:
+    """`run`'s tokenizer.json must be the one it was trained with, as config.json's SHA-256
+    records it; runs saved before it was recorded are taken as they are."""
+    recorded = config.get(TOKENIZER_SHA256)
+    path = run / TOKENIZER
+    if recorded is None:
+        return
+    if not path.is_file():
+        raise RunLoadError(f"{path} is missing, but this run was trained with one ({CONFIG} "
+                           f"records its SHA-256); put the run's own {TOKENIZER} back")
+    if sha256_of(path) != recorded:
+        raise RunLoadError(f"{path} is not the tokenizer this run was trained with (its SHA-256 "
+                           f"differs from the one recorded in {CONFIG}); put the run's own "
+                           f"{TOKENIZER} back")
+
+
 def pretraining_config(config: dict) -> dict:
     """The pre-training fields of a run's config: its own, or for a fine-tuned run those of
     the run it was fine-tuned from (the objective says how the backbone learnt to read)."""
@@ -181,6 +198,7 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     config = read_config(run)
     model_cfg = ModelConfig(**config["model"])
     device = usable_device(device)
+    check_tokenizer(run, config)
     tokenizer = None
     if (run / TOKENIZER).is_file():
         try:

@@ -18,7 +18,7 @@ from lmlab.objectives.base import Batch, Objective, SpecialTokens
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
-from lmlab.runs.layout import TOKENIZER, prepare_run_dir
+from lmlab.runs.layout import prepare_run_dir
 from lmlab.train import distributed
 from lmlab.train.budget import (
     DEADLINE_VALIDATIONS,
@@ -116,10 +116,9 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         config, changed = resumed_config(out, config)
         cfg = replace(cfg, **{name: config["train"][name] for name in BUDGETS})
         grown = bool(changed & set(BUDGETS))
-    resume_from = prepare_run_dir(out, config, cfg.resume, cfg.overwrite) if env.is_main else None
+    resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, dataset.tokenizer_json)
+                   if env.is_main else None)
     resume_from = distributed.broadcast_path(resume_from, env)
-    if dataset.tokenizer_json and env.is_main:
-        (out / TOKENIZER).write_text(dataset.tokenizer_json)
     if cfg.resume and resume_from is None and env.is_main:
         print(f"{out} has no checkpoint yet: starting from step 0")
     model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
