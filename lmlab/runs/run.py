@@ -198,6 +198,7 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     config = read_config(run)
     model_cfg = ModelConfig(**config["model"])
     device = usable_device(device)
+    chosen = pick_checkpoint(run, checkpoint)
     check_tokenizer(run, config)
     tokenizer = None
     if (run / TOKENIZER).is_file():
@@ -209,7 +210,6 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
                                     special_token_names(config))
     elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
-    chosen = pick_checkpoint(run, checkpoint)
     pretraining = pretraining_config(config)
     spec = pretraining["objective"]
     try:
