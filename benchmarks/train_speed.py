@@ -147,7 +147,8 @@ def nanogpt_step_fn(objective_name: str, compile_model: bool):
 BUILDERS = {"lmlab": lmlab_step_fn, "hf": hf_step_fn, "nanogpt": nanogpt_step_fn}
 
 
-def measure_one(implementation: str, objective: str, setting: str, steps: int) -> dict:
+def measure_one(implementation: str, objective: str, setting: str, steps: int,
+                warmup: int) -> dict:
     torch.set_num_threads(2)
     torch.manual_seed(0)
     compile_model = setting.endswith("+compile")
@@ -158,7 +159,9 @@ def measure_one(implementation: str, objective: str, setting: str, steps: int) -
     start = time.perf_counter()
     step(precision)  # the first step pays for compilation, if any
     first_step = time.perf_counter() - start
-    for _ in range(2):
+    # On CPUs with AMX the first bf16 steps build oneDNN kernels for each new shape (seen
+    # here: 2-3 s a step for about seven steps, then 0.2 s), for every implementation alike.
+    for _ in range(warmup):
         step(precision)
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(steps):
@@ -189,13 +192,14 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=SETTINGS)
     parser.add_argument("--objectives", nargs="+", default=["mlm", "clm"])
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=10, help="unmeasured steps first")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_speed.json"))
     parser.add_argument("--nanogpt", type=Path,
                         help="a nanoGPT checkout: its GPT is a further CLM baseline")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure_one(*args.one, args.steps)))
+        print(json.dumps(measure_one(*args.one, args.steps, args.warmup)))
         return
     rows = []
     for objective in args.objectives:
@@ -208,7 +212,8 @@ def main() -> None:
             for _ in range(args.repeats):  # interleaved, so load changes hit every side
                 for implementation, settings in implementations:
                     command = [sys.executable, __file__, "--one", implementation.split("+")[0],
-                               objective, setting, "--steps", str(args.steps)]
+                               objective, setting, "--steps", str(args.steps),
+                               "--warmup", str(args.warmup)]
                     env = {**os.environ, **settings}
                     output = subprocess.run(command, capture_output=True, text=True,
                                             check=True, env=env)
