@@ -34,12 +34,9 @@ def pretrain(config: str | Path | None = None, **fields) -> Path:
     """Pre-train as `lmlab pretrain` does, from a YAML/TOML config file and/or its fields by
     name, e.g. `lmlab.pretrain(objective="clm", data="data/mine", steps=200)`; with no
     `data`, on the built-in corpus. Returns the run directory."""
-    from lmlab.data.dataset import open_or_prepare
-    from lmlab.train.config import resolve_config
-    from lmlab.train.pretrain import pretrain as pretrain_on  # imports the distributed engine
+    from lmlab.train.pretrain import pretrain_with_settings  # imports the distributed engine
 
-    cfg = resolve_config(Path(config) if config is not None else None, fields)
-    return pretrain_on(cfg, open_or_prepare(cfg.data))
+    return pretrain_with_settings(Path(config) if config is not None else None, fields)
 
 
 def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,

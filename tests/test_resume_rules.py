@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lmlab.runs.layout import RunDirError
+from lmlab.runs.layout import RunDirError, prepare_run_dir
 from lmlab.train import pretrain as pretraining
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
@@ -100,3 +100,31 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused_before_writing(
     with pytest.raises(ValueError, match="batch_size 8 is not a multiple of micro_batch_size 3"):
         pretraining.pretrain(config(tmp_path, micro_batch_size=3), dataset)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_longer_budget_still_applies_after_a_resume_cut_short(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    # as a resume stopped after writing config.json, before its first checkpoint, leaves it
+    saved = saved_config(tmp_path)
+    saved["train"]["steps"] = 8
+    (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
+    pretraining.pretrain(config(tmp_path, resume=True, steps=8), dataset)
+    assert train_rows(tmp_path)[-1]["step"] == 8
+
+
+def test_a_refused_budget_leaves_config_json_as_it_was(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path), dataset)
+    before = saved_config(tmp_path)
+    with pytest.raises(ValueError, match="has trained 4 steps; a budget of 3 steps"):
+        pretraining.pretrain(config(tmp_path, resume=True, steps=3), dataset)
+    assert saved_config(tmp_path) == before
+
+
+def test_a_run_continues_only_with_the_tokenizer_it_was_trained_with(tmp_path):
+    config = {"train": {"steps": 4}, "model": {"vocab_size": 8}}
+    prepare_run_dir(tmp_path / "run", config, resume=False, overwrite=False,
+                    tokenizer_json='{"model": "one"}')
+    with pytest.raises(RunDirError, match="was trained with another tokenizer"):
+        prepare_run_dir(tmp_path / "run", config, resume=True, overwrite=False,
+                        tokenizer_json='{"model": "another of the same size"}')
+    assert (tmp_path / "run" / "tokenizer.json").read_text() == '{"model": "one"}'

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import save
 
 from lmlab.cli import main
 from lmlab.data.dataset import in_memory_dataset
@@ -147,6 +148,18 @@ def test_a_corrupt_checkpoint_names_the_previous_one_to_load(run, capsys):
     assert code == 0
 
 
+def test_fine_tuning_a_corrupt_checkpoint_names_its_own_option(run, capsys, tmp_path):
+    last = run / "checkpoints" / "step-00000004"
+    flip_last_byte(last / "model.safetensors")
+    (tmp_path / "train.tsv").write_text("text\tlabel\nthe cat\ta\nthe dog\tb\n")
+    code, line = use_cli(capsys, "finetune", str(run), "--task", "classify", "--train",
+                         str(tmp_path / "train.tsv"), "--validation", str(tmp_path / "train.tsv"),
+                         "--pretrained-checkpoint", "last", "--out", str(tmp_path / "ft"))
+    assert code == 1
+    assert line.endswith("(checksum mismatch); load the previous one with "
+                         "--pretrained-checkpoint step-00000002")
+
+
 def test_resuming_from_a_corrupt_checkpoint_names_the_previous_one(run, pretrain_cli):
     last = run / "checkpoints" / "step-00000004"
     flip_last_byte(last / "state.pt")
@@ -185,6 +198,19 @@ def test_a_pickle_in_place_of_the_weights_is_refused_unread(run, capsys, pickled
     assert line == (f"lmlab: error: {last / 'model.safetensors'} is not a safetensors file "
                     "(Error while deserializing header: header too large); load the previous "
                     "one with --checkpoint step-00000002")
+
+
+def test_weights_of_another_shape_are_named_in_one_line(run, capsys):
+    last = run / "checkpoints" / "step-00000004"
+    weights = load_run(run, "last").model.state_dict()
+    name = next(key for key in weights if key.endswith("token_embedding.weight"))
+    weights = {key: value.clone() for key, value in weights.items()}
+    weights[name] = torch.zeros(weights[name].shape[0] + 1, weights[name].shape[1])
+    rewrite_with_checksum(last, "model.safetensors", save(weights))
+    code, line = use_cli(capsys, "generate", str(run), "the", "--checkpoint", "last")
+    assert code == 1
+    assert line.startswith(f"lmlab: error: checkpoint {last} does not fit this model: size "
+                           f"mismatch for {name}: copying a param with shape")
 
 
 def test_a_tokenizer_swapped_into_a_run_is_refused(run, capsys):

@@ -69,18 +69,18 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
 
 
 def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
-    import lmlab
+    from lmlab.train.pretrain import pretrain_with_settings
 
     started = time.perf_counter()
     interrupted = bool(list_checkpoints(sub.out / "checkpoints"))
     budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
     # one validation and one checkpoint at the end: equal compute, nothing spent between
     every = sub.steps or 10**9
-    lmlab.pretrain(objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
-                   batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision,
-                   seed=sub.seed, out=str(sub.out), eval_every=every, checkpoint_every=every,
-                   keep_last=1, resume=interrupted,
-                   overwrite=not interrupted and sub.out.exists(), **budget)
+    pretrain_with_settings(None, dict(
+        objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
+        batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision, seed=sub.seed,
+        out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,
+        resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget))
     last = list_checkpoints(sub.out / "checkpoints")[-1]
     steps = int(last.name.removeprefix(PREFIX))
     write_text_atomic(sub.out / PRETRAINED, json.dumps(
@@ -90,7 +90,7 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
 def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray]]:
     """Fine-tune `sub` on `probe` once per fine-tuning seed (reusing finished ones); the
     probe's main metric and each seed's item scores on its scored split."""
-    import lmlab
+    from lmlab.finetune import finetune
     from lmlab.finetune.results import ITEM_SCORES, read_item_scores
 
     rows, metric = [], None
@@ -98,10 +98,10 @@ def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray
     for seed in range(cfg.probe_seeds):
         out = sub.out / "probes" / probe.name / f"seed-{seed}"
         if not (out / ITEM_SCORES).is_file():
-            lmlab.finetune(sub.out, probe.config, task=probe.task, train=probe.train,
-                           validation=probe.validation, test=probe.test, seed=seed,
-                           epochs=cfg.probe_epochs, pretrained_checkpoint="last",
-                           precision=cfg.precision, out=str(out), overwrite=True, **lr)
+            finetune(sub.out, probe.config, task=probe.task, train=probe.train,
+                     validation=probe.validation, test=probe.test, seed=seed,
+                     epochs=cfg.probe_epochs, pretrained_checkpoint="last",
+                     precision=cfg.precision, out=str(out), overwrite=True, **lr)
         items = read_item_scores(out)
         metric = items["metric"]
         rows.append(np.asarray(items[probe.scored_split], dtype=float))

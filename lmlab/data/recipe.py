@@ -15,9 +15,9 @@ from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
 from lmlab.data.cleaning import CleaningConfig, QualityThresholds
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import NearDedupConfig
+from lmlab.data.settings_file import read_settings
 from lmlab.data.shards import token_dtype
 from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
-from lmlab.settings_file import read_settings
 
 # The annotation of each kind of field → the Python types a value may have.
 FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int": (int,),

@@ -2,8 +2,9 @@
 torchtitan's and litgpt's converters.
 
 A table maps each lmlab parameter (`{i}` standing for the layer index) to the Hugging Face
-key(s) holding it, and names the transform between them: the same tensor, GPT-2's transposed
-Conv1D layout, or one fused lmlab projection split into several HF ones (q/k/v, gate/up).
+key(s) holding it, and names the transform between them (`hf_transforms`): the same tensor,
+GPT-2's transposed Conv1D layout, or one fused lmlab projection split into several HF ones
+(q/k/v, gate/up).
 
     bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction), and
              fine-tuned: BertForSequenceClassification, BertForTokenClassification,
@@ -11,9 +12,9 @@ Conv1D layout, or one fused lmlab projection split into several HF ones (q/k/v, 
     gpt2   ↔ GPT2LMHeadModel
     modern ↔ LlamaForCausalLM
 
-Configs go both ways as plain `config.json` dictionaries (`hf_config_dict`, `config_from_hf`).
-Only the state-dict and config conversion live here; `transformers` is imported only to build
-a config object, so converting weights and configs does not need it installed.
+Configs go both ways as plain `config.json` dictionaries (`hf_config_dict`, `config_from_hf`;
+each family's entries are in `hf_config_entries`). `transformers` is imported only to build a
+config object, so converting weights and configs does not need it installed.
 """
 
 from __future__ import annotations
@@ -27,56 +28,14 @@ import torch
 from torch import Tensor
 
 from lmlab.config import ModelConfig
+from lmlab.export import hf_config_entries as entries
+from lmlab.export.hf_transforms import CONV1D, DUPLICATED, GATE_UP, QKV, SAME, Transform
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head
 from lmlab.presets import FAMILIES
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
-
-
-# --- transforms: one lmlab tensor ↔ the tensors under one or more HF keys -------------------
-
-@dataclass(frozen=True)
-class Transform:
-    # (tensor, number of HF keys, config) → their tensors; the config sizes a fused tensor's parts
-    to_hf: Callable[[Tensor, int, ModelConfig], list[Tensor]]
-    from_hf: Callable[[list[Tensor]], Tensor]
-
-
-def _stack_rows(tensors: list[Tensor]) -> Tensor:
-    return torch.cat(tensors)  # fused projections stack their parts on the output dim
-
-
-def _transpose_matrix(tensor: Tensor) -> Tensor:
-    return tensor.t() if tensor.ndim == 2 else tensor  # a bias has no layout to change
-
-
-def _fused(rows: Callable[[ModelConfig], tuple[int, ...]]) -> Transform:
-    """One fused lmlab projection ↔ one HF Linear per part, of `rows(cfg)` output rows each."""
-    return Transform(lambda tensor, parts, cfg: list(tensor.split(rows(cfg))), _stack_rows)
-
-
-def _qkv_rows(cfg: ModelConfig) -> tuple[int, int, int]:
-    queries, keys = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    return queries, keys, keys
-
-
-def _gate_up_rows(cfg: ModelConfig) -> tuple[int, int]:
-    return cfg.ffn_dim, cfg.ffn_dim
-
-
-SAME = Transform(lambda tensor, parts, cfg: [tensor], lambda tensors: tensors[0])
-# lmlab's qkv is [q; k; v] (k and v narrower than q under grouped-query attention) and a gated
-# MLP's `up` is [gate; value] (MLP.forward chunks it in that order), while Llama and BERT keep
-# one Linear per part.
-QKV = _fused(_qkv_rows)
-GATE_UP = _fused(_gate_up_rows)
-# GPT-2's Conv1D stores weights as (in, out), the transpose of nn.Linear.
-CONV1D = Transform(lambda tensor, parts, cfg: [_transpose_matrix(tensor)],
-                   lambda tensors: _transpose_matrix(tensors[0]))
-# One lmlab tensor that HF keeps under several keys; the first is the one HF computes with.
-DUPLICATED = Transform(lambda tensor, parts, cfg: [tensor] * parts, lambda tensors: tensors[0])
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -116,143 +75,6 @@ class Family:
     free_head_sizes: bool = False
 
 
-# --- config.json, lmlab → HF: what transformers 4.40+ and 5.x both read ----------------------
-
-def _common_config(cfg: ModelConfig) -> dict:
-    return dict(
-        vocab_size=cfg.vocab_size, tie_word_embeddings=cfg.tie_embeddings,
-        initializer_range=cfg.init_std,
-        # Special ids belong to the tokenizer, not the architecture; HF's defaults (GPT-2's
-        # 50256, say) would point outside a small vocabulary.
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )
-
-
-def _bert_config(cfg: ModelConfig) -> dict:
-    return dict(
-        hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim, hidden_act="gelu",
-        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-        max_position_embeddings=cfg.max_seq_len, type_vocab_size=cfg.type_vocab_size,
-        layer_norm_eps=cfg.norm_eps,
-    )
-
-
-def _gpt2_config(cfg: ModelConfig) -> dict:
-    return dict(
-        n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads, n_inner=cfg.ffn_dim,
-        activation_function="gelu_new",  # GPT-2's tanh approximation, our "gelu_tanh"
-        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-        n_positions=cfg.max_seq_len, layer_norm_epsilon=cfg.norm_eps,
-    )
-
-
-def _llama_config(cfg: ModelConfig) -> dict:
-    return dict(
-        hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim, intermediate_size=cfg.ffn_dim, hidden_act="silu",
-        rms_norm_eps=cfg.norm_eps, max_position_embeddings=cfg.max_seq_len,
-        # transformers 5 reads rope_parameters (and prefers it), 4.x reads rope_theta.
-        rope_theta=cfg.rope_theta,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        attention_bias=False, mlp_bias=False,
-        attention_dropout=cfg.dropout,  # Llama has no residual or embedding dropout
-    )
-
-
-# --- config.json, HF → lmlab ----------------------------------------------------------------
-# Each reader starts from the HF config class's defaults, as transformers does for a
-# config.json that leaves entries out.
-
-def _require(settings: Mapping, name: str, allowed: tuple) -> None:
-    if settings[name] not in allowed:
-        raise ValueError(f"{name}={settings[name]!r} is not supported; lmlab reproduces "
-                         f"{' or '.join(map(repr, allowed))}")
-
-
-_BERT_DEFAULTS = dict(
-    vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-    intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
-    max_position_embeddings=512, type_vocab_size=2, initializer_range=0.02,
-    layer_norm_eps=1e-12, tie_word_embeddings=True, position_embedding_type="absolute",
-)
-
-
-def _bert_fields(config: Mapping) -> dict:
-    settings = {**_BERT_DEFAULTS, **config}
-    _require(settings, "hidden_act", ("gelu",))
-    _require(settings, "position_embedding_type", ("absolute",))
-    return dict(
-        vocab_size=settings["vocab_size"], n_layers=settings["num_hidden_layers"],
-        d_model=settings["hidden_size"], n_heads=settings["num_attention_heads"],
-        ffn_size=settings["intermediate_size"],
-        max_seq_len=settings["max_position_embeddings"],
-        type_vocab_size=settings["type_vocab_size"], norm_eps=settings["layer_norm_eps"],
-        dropout=settings["hidden_dropout_prob"], tie_embeddings=settings["tie_word_embeddings"],
-        init_std=settings["initializer_range"],
-    )
-
-
-_GPT2_DEFAULTS = dict(
-    vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
-    activation_function="gelu_new", resid_pdrop=0.1, layer_norm_epsilon=1e-5,
-    initializer_range=0.02, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
-    tie_word_embeddings=True,
-)
-
-
-def _gpt2_fields(config: Mapping) -> dict:
-    settings = {**_GPT2_DEFAULTS, **config}
-    _require(settings, "activation_function", ("gelu_new", "gelu_pytorch_tanh"))
-    _require(settings, "scale_attn_weights", (True,))
-    _require(settings, "scale_attn_by_inverse_layer_idx", (False,))
-    return dict(
-        vocab_size=settings["vocab_size"], n_layers=settings["n_layer"],
-        d_model=settings["n_embd"], n_heads=settings["n_head"],
-        ffn_size=settings["n_inner"],  # None: 4·n_embd, as lmlab derives it
-        max_seq_len=settings["n_positions"], norm_eps=settings["layer_norm_epsilon"],
-        dropout=settings["resid_pdrop"], tie_embeddings=settings["tie_word_embeddings"],
-        init_std=settings["initializer_range"],
-    )
-
-
-_LLAMA_DEFAULTS = dict(
-    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-    num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
-    max_position_embeddings=2048, initializer_range=0.02, rms_norm_eps=1e-6,
-    tie_word_embeddings=False, rope_theta=10000.0, attention_bias=False, mlp_bias=False,
-    attention_dropout=0.0,
-)
-
-
-def _rope_theta(settings: Mapping) -> float:
-    """The rotary base from 5.x's rope_parameters or 4.x's rope_theta; scaled variants
-    (linear, dynamic, llama3, yarn...) change the frequencies, which lmlab does not."""
-    name = "rope_parameters" if settings.get("rope_parameters") else "rope_scaling"
-    rope = settings.get(name) or {}
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
-        raise ValueError(f"{name} of type {kind!r} is not supported; lmlab reproduces 'default'")
-    return rope.get("rope_theta", settings["rope_theta"])
-
-
-def _llama_fields(config: Mapping) -> dict:
-    settings = {**_LLAMA_DEFAULTS, **config}
-    _require(settings, "hidden_act", ("silu",))
-    _require(settings, "attention_bias", (False,))
-    _require(settings, "mlp_bias", (False,))
-    return dict(
-        vocab_size=settings["vocab_size"], n_layers=settings["num_hidden_layers"],
-        d_model=settings["hidden_size"], n_heads=settings["num_attention_heads"],
-        n_kv_heads=settings["num_key_value_heads"], head_size=settings["head_dim"],
-        ffn_size=settings["intermediate_size"],
-        max_seq_len=settings["max_position_embeddings"], norm_eps=settings["rms_norm_eps"],
-        rope_theta=_rope_theta(settings), dropout=settings["attention_dropout"],
-        tie_embeddings=settings["tie_word_embeddings"], init_std=settings["initializer_range"],
-    )
-
-
 _BLOCK = "backbone.blocks.{i}"
 _BERT_LAYER = "bert.encoder.layer.{i}"
 _GPT2_LAYER = "transformer.h.{i}"
@@ -260,8 +82,8 @@ _LLAMA_LAYER = "model.layers.{i}"
 
 BERT = Family(
     model_type="bert",
-    config=_bert_config,
-    model_fields=_bert_fields,
+    config=entries.bert_entries,
+    model_fields=entries.bert_fields,
     heads=("mlm", "nsp"),
     rules={
         **_weight("backbone.token_embedding", "bert.embeddings.word_embeddings"),
@@ -297,8 +119,8 @@ BERT = Family(
 
 GPT2 = Family(
     model_type="gpt2",
-    config=_gpt2_config,
-    model_fields=_gpt2_fields,
+    config=entries.gpt2_entries,
+    model_fields=entries.gpt2_fields,
     heads=("lm",),
     rules={
         **_weight("backbone.token_embedding", "transformer.wte"),
@@ -318,8 +140,8 @@ GPT2 = Family(
 
 LLAMA = Family(
     model_type="llama",
-    config=_llama_config,
-    model_fields=_llama_fields,
+    config=entries.llama_entries,
+    model_fields=entries.llama_fields,
     heads=("lm",),
     rules={
         **_weight("backbone.token_embedding", "model.embed_tokens"),
@@ -421,7 +243,8 @@ def hf_config_dict(cfg: ModelConfig, family: str, **extra) -> dict:
     e.g. `num_labels=3`, or `num_labels=1, problem_type="regression"`.
     """
     table = _family(cfg, family)
-    return {"model_type": table.model_type, **_common_config(cfg), **table.config(cfg), **extra}
+    return {"model_type": table.model_type, **entries.common_entries(cfg), **table.config(cfg),
+            **extra}
 
 
 def hf_config(cfg: ModelConfig, family: str, **extra) -> PretrainedConfig:

@@ -32,16 +32,15 @@ def summarise(results: list[dict]) -> dict:
     return summary
 
 
-def finetune_seeds(source: str | Path, cfg: FinetuneConfig) -> Path:
-    """`cfg.seeds` runs, OUT/seed-N with seeds cfg.seed + N, and OUT/seeds.json."""
-    from lmlab.finetune.setup import finetune
+def seed_configs(cfg: FinetuneConfig, out: Path) -> list[FinetuneConfig]:
+    """One single-seed config per seed: OUT/seed-N with seed cfg.seed + N."""
+    return [replace(cfg, seeds=1, seed=cfg.seed + index, out=str(out / f"seed-{index}"))
+            for index in range(cfg.seeds)]
 
-    out = Path(cfg.out or f"runs/finetune-{cfg.task}")
-    results = []
-    for index in range(cfg.seeds):
-        run = finetune(source, replace(cfg, seeds=1, seed=cfg.seed + index,
-                                       out=str(out / f"seed-{index}")))
-        results.append(read_results(run))
+
+def write_seed_summary(out: Path, cfg: FinetuneConfig, runs: list[Path]) -> None:
+    """OUT/seeds.json over the seeds' runs, and its main metric printed."""
+    results = [read_results(run) for run in runs]
     summary = {"task": cfg.task, "seeds": [cfg.seed + i for i in range(cfg.seeds)],
                "main_metric": results[0]["main_metric"], **summarise(results)}
     write_text_atomic(out / SUMMARY, json.dumps(summary, indent=2))
@@ -51,4 +50,3 @@ def finetune_seeds(source: str | Path, cfg: FinetuneConfig) -> Path:
             found = summary[split][main]
             print(f"{split} {main}: {found['mean']:.4f} ± {found['std']:.4f} over "
                   f"{cfg.seeds} seeds")
-    return out

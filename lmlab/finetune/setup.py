@@ -20,6 +20,7 @@ from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
 from lmlab.finetune.results import write_results
+from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.task import Reading, Task
 from lmlab.finetune.tasks import make_task
 from lmlab.model import LanguageModel
@@ -27,7 +28,7 @@ from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import prepare_run_dir
-from lmlab.runs.run import load_run, pick_checkpoint, pretraining_config
+from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.loop import LoopState, Training, restore_loop_state, run_training
@@ -97,18 +98,24 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
 
 def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     """Fine-tune the run at `source` as `cfg` says; returns the fine-tuned run directory
-    (with several seeds, the directory holding one run per seed)."""
-    if cfg.seeds > 1:
-        from lmlab.finetune.seeds import finetune_seeds
+    (with several seeds, the directory holding one run per seed and their summary)."""
+    if cfg.seeds == 1:
+        return _finetune_one(source, cfg)
+    out = _out_dir(cfg)
+    runs = [_finetune_one(source, seed_cfg) for seed_cfg in seed_configs(cfg, out)]
+    write_seed_summary(out, cfg, runs)
+    return out
 
-        return finetune_seeds(source, cfg)
+
+def _out_dir(cfg: FinetuneConfig) -> Path:
+    return Path(cfg.out or f"runs/finetune-{cfg.task}")
+
+
+def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
+    """One fine-tuning run of `cfg.seed`."""
     env = distributed.setup()
     torch.manual_seed(cfg.seed)  # identical new heads on every rank
-    pretrained = load_run(source, cfg.pretrained_checkpoint)
-    if "task" in pretrained.config:
-        task_name = pretrained.config["task"]["name"]
-        raise FinetuneError(f"{source} is already fine-tuned for {task_name}; fine-tune the "
-                            "pre-trained run it came from")
+    pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     task = make_task(cfg)
     splits = read_splits(task, cfg)
@@ -120,24 +127,16 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     train_rows = task.encode(splits.train, encoder, training=True)
     validation_rows = task.encode(splits.validation, encoder, training=False)
 
-    out = Path(cfg.out or f"runs/finetune-{cfg.task}")
-    config = {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
-              "pretraining": pretraining_config(pretrained.config),
-              "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
-              "task": {"name": cfg.task, "labels": task.labels},
-              "heads": {task.head: task.head_options()}}
+    out = _out_dir(cfg)
+    config = _run_config(source, cfg, pretrained, model, task)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
     if cfg.resume:
-        config, _ = resumed_config(out, config, budgets=())
+        config = resumed_config(out, config, budgets=())
     resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, tokenizer.to_str())
                    if env.is_main else None)
     resume_from = distributed.broadcast_path(resume_from, env)
     if env.is_main:
-        pooling = f", {cfg.pooling} pooling" if HEADS[task.head].kind == "sequence" else ""
-        print(f"fine-tuning {source} for {cfg.task}"
-              + (f" ({len(task.labels)} labels)" if task.labels else "")
-              + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
-              f"{len(train_rows)} training rows")
+        print(_description(source, cfg, task, len(train_rows)))
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -163,9 +162,43 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     run_training(training)
     if env.is_main:
         load_checkpoint(pick_checkpoint(out, "best"), model)
-        results = write_results(out, model, task, splits, encoder, reading, cfg)
-        print(f"best validation {task.main_metric}: {results['validation'][task.main_metric]:.4f}"
-              + (f"; test {task.main_metric}: {results['test'][task.main_metric]:.4f}"
-                 if "test" in results else ""))
+        print(_summary(write_results(out, model, task, splits, encoder, reading, cfg),
+                       task.main_metric))
     distributed.teardown()
     return out
+
+
+def _load_pretrained(source: str | Path, cfg: FinetuneConfig) -> Run:
+    try:
+        pretrained = load_run(source, cfg.pretrained_checkpoint)
+    except RunLoadError as error:
+        if error.damaged is None:
+            raise
+        raise RunLoadError(error.damaged.advised("--pretrained-checkpoint")) from None
+    if "task" in pretrained.config:
+        task_name = pretrained.config["task"]["name"]
+        raise FinetuneError(f"{source} is already fine-tuned for {task_name}; fine-tune the "
+                            "pre-trained run it came from")
+    return pretrained
+
+
+def _run_config(source: str | Path, cfg: FinetuneConfig, pretrained: Run,
+                model: LanguageModel, task: Task) -> dict:
+    return {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
+            "pretraining": pretraining_config(pretrained.config),
+            "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
+            "task": {"name": cfg.task, "labels": task.labels},
+            "heads": {task.head: task.head_options()}}
+
+
+def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:
+    pooling = f", {cfg.pooling} pooling" if HEADS[task.head].kind == "sequence" else ""
+    return (f"fine-tuning {source} for {cfg.task}"
+            + (f" ({len(task.labels)} labels)" if task.labels else "")
+            + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
+            f"{train_rows} training rows")
+
+
+def _summary(results: dict, metric: str) -> str:
+    return (f"best validation {metric}: {results['validation'][metric]:.4f}"
+            + (f"; test {metric}: {results['test'][metric]:.4f}" if "test" in results else ""))

@@ -41,9 +41,13 @@ class DamagedCheckpoint(CheckpointError):
 
     def __init__(self, checkpoint: Path, problem: str) -> None:
         self.checkpoint, self.problem = checkpoint, problem
-        earlier = previous_checkpoint(checkpoint)
-        advice = f"; load the previous one with --checkpoint {earlier.name}" if earlier else ""
-        super().__init__(problem + advice)
+        super().__init__(self.advised("--checkpoint"))
+
+    def advised(self, option: str) -> str:
+        """The message, advising the previous checkpoint through the command's `option`."""
+        earlier = previous_checkpoint(self.checkpoint)
+        return self.problem + (f"; load the previous one with {option} {earlier.name}"
+                               if earlier else "")
 
 
 def sha256_of(path: Path) -> str:
@@ -104,6 +108,10 @@ def load_weights(path: Path, model: nn.Module) -> None:
         missing, unexpected = load_model(model, str(file), strict=False)
     except SafetensorError as error:
         raise DamagedCheckpoint(path, f"{file} is not a safetensors file ({error})") from None
+    except RuntimeError as error:  # torch lists every tensor of another shape, a line each
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        first = next((line for line in lines if line.startswith("size mismatch")), lines[-1])
+        raise CheckpointError(f"checkpoint {path} does not fit this model: {first}") from None
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path} does not fit this model: missing "
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")

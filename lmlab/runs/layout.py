@@ -53,6 +53,7 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
                               "--overwrite to replace it")
         else:
             _check_same_model(out, previous.get("model", {}), config.get("model", {}))
+            _check_same_tokenizer(out, previous.get(TOKENIZER_SHA256), tokenizer_json)
     out.mkdir(parents=True, exist_ok=True)
     if tokenizer_json:
         config = {**config, TOKENIZER_SHA256: write_tokenizer(out, tokenizer_json)}
@@ -68,6 +69,17 @@ def write_tokenizer(run: Path, tokenizer_json: str) -> str:
     with atomic_write(run / TOKENIZER, "wb") as file:
         file.write(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def _check_same_tokenizer(out: Path, recorded: str | None, tokenizer_json: str | None) -> None:
+    """A run continues with the tokenizer it was trained with: another one, even of the same
+    size, would change what every token id means."""
+    if not (recorded and tokenizer_json):
+        return
+    if hashlib.sha256(tokenizer_json.encode()).hexdigest() != recorded:
+        raise RunDirError(f"{out} was trained with another tokenizer (its SHA-256 differs from "
+                          "the one recorded in config.json); continue it on the dataset it was "
+                          "trained on, or choose another --out")
 
 
 def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:

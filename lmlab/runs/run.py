@@ -40,7 +40,13 @@ from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER, TOKENIZER_SHA256
 
 
 class RunLoadError(ValueError):
-    """A run directory that cannot be loaded, stated in one line."""
+    """A run directory that cannot be loaded, stated in one line; `damaged` is the damaged
+    checkpoint behind it, if that was the cause, for commands whose option to pick another
+    checkpoint is not --checkpoint."""
+
+    def __init__(self, message: str, damaged: DamagedCheckpoint | None = None) -> None:
+        super().__init__(message)
+        self.damaged = damaged
 
 
 @dataclass
@@ -223,6 +229,7 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     try:
         load_weights(chosen, model)
     except CheckpointError as error:
-        raise RunLoadError(str(error)) from None
+        damaged = error if isinstance(error, DamagedCheckpoint) else None
+        raise RunLoadError(str(error), damaged) from None
     model.to(device).eval()
     return Run(model, tokenizer, special, objective, spec, run, chosen, config)

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from lmlab.data.settings_file import read_settings
 from lmlab.documented import check_choices, documented
 from lmlab.objectives.options import ObjectiveOptions
-from lmlab.settings_file import read_settings
 from lmlab.train.budget import parse_count
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lmlab.config import ModelConfig
-from lmlab.data.dataset import Dataset
+from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Batch, Objective, SpecialTokens
@@ -29,7 +29,7 @@ from lmlab.train.budget import (
     steps_in_minutes,
 )
 from lmlab.train.checkpoint import load_resume_checkpoint
-from lmlab.train.config import TrainConfig
+from lmlab.train.config import TrainConfig, resolve_config
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
@@ -40,7 +40,7 @@ from lmlab.train.loop import (
 )
 from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import autocast, grad_scaler
-from lmlab.train.resume import BUDGETS, resumed_config
+from lmlab.train.resume import BUDGETS, resumed_config, trained_steps
 from lmlab.train.schedule import Schedule
 from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
@@ -99,6 +99,13 @@ def packing(cfg: TrainConfig, objective: Objective) -> str:
     return "concatenate" if cfg.packing == "auto" else cfg.packing
 
 
+def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
+    """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
+    corpus. Returns the run directory."""
+    cfg = resolve_config(config, fields)
+    return pretrain(cfg, open_or_prepare(cfg.data))
+
+
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
     env = distributed.setup()
@@ -111,17 +118,16 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
               "dataset": str(dataset.path)}
     micro_size, accumulation = micro_batches_per_step(cfg, env)  # checked before writing
-    grown = False  # a resume given a longer step or token budget
+    model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
     if cfg.resume:
-        config, changed = resumed_config(out, config)
+        config = resumed_config(out, config)
         cfg = replace(cfg, **{name: config["train"][name] for name in BUDGETS})
-        grown = bool(changed & set(BUDGETS))
+        _refuse_a_passed_budget(cfg, model, trained_steps(out))  # before writing
     resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, dataset.tokenizer_json)
                    if env.is_main else None)
     resume_from = distributed.broadcast_path(resume_from, env)
     if cfg.resume and resume_from is None and env.is_main:
         print(f"{out} has no checkpoint yet: starting from step 0")
-    model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
     # into the whole model, before sharding
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
@@ -134,21 +140,17 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     if state.data:
         blocks.load_state_dict(state.data)
     planned_steps = state.total_steps  # of the run resumed, if any
-    if not state.total_steps:
-        state.total_steps = distributed.from_rank_0(  # timed by each rank, rank 0's count for all
-            _total_steps(cfg, model, objective, special, micro_size, accumulation), env)
-    elif grown:
-        state.total_steps = _grown_steps(cfg, model, state.step)
+    state.total_steps = (_resumed_steps(cfg, model, state) if planned_steps else
+                         distributed.from_rank_0(  # timed by each rank, rank 0's count for all
+                             _total_steps(cfg, model, objective, special, micro_size,
+                                          accumulation), env))
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
     deadline = None if saved is not None else _deadline(cfg, model)  # resumed: the last plan
-    eval_count = cfg.eval_batches
-    if deadline is not None and deadline.validations:
-        eval_count = deadline_eval_batches(state.total_steps * accumulation, eval_count)
-    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env, eval_count)
-    warmup = cfg.warmup_steps
-    if warmup is None:  # the run's own warm-up, even when a resume lengthens it
-        warmup = min(1000, (planned_steps or state.total_steps) // 20)
+    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env,
+                               _eval_count(cfg, deadline, state.total_steps * accumulation))
+    # the run's own warm-up, even when a resume lengthens it
+    warmup = _warmup_steps(cfg, planned_steps or state.total_steps)
     training = Training(
         cfg=cfg, env=env, model=model, train_model=train_model, optimizer=optimizer,
         scaler=grad_scaler(cfg.precision, env.device), objective=objective,
@@ -164,6 +166,12 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     run_training(training)
     distributed.teardown()
     return out
+
+
+def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int) -> int:
+    if deadline is not None and deadline.validations:
+        return deadline_eval_batches(micro_batches, cfg.eval_batches)
+    return cfg.eval_batches
 
 
 def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,
@@ -188,13 +196,28 @@ def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
     return min(steps, timed) if steps else timed
 
 
-def _grown_steps(cfg: TrainConfig, model: LanguageModel, trained: int) -> int:
-    """The new length of a resumed run given a longer budget; the schedule stretches to it."""
+def _resumed_steps(cfg: TrainConfig, model: LanguageModel, state: LoopState) -> int:
+    """The length of a resumed run: its step or token budget, which may have grown since its
+    start (the schedule stretches to it); a time budget keeps the plan made at its start. Read
+    from the budget, not from what config.json says changed, so a resume that was cut short
+    after writing config.json still grows the run when given again."""
     steps = _step_cap(cfg, model)
-    if steps is None or steps <= trained:
+    return state.total_steps if minutes_budget(cfg.minutes, steps) is not None else steps
+
+
+def _refuse_a_passed_budget(cfg: TrainConfig, model: LanguageModel, trained: int) -> None:
+    """Refuse a step or token budget below the `trained` steps of the run resumed (a budget
+    equal to them ends the run there)."""
+    steps = _step_cap(cfg, model)
+    if minutes_budget(cfg.minutes, steps) is None and steps < trained:
         raise ValueError(f"the run has trained {trained} steps; a budget of {steps} steps "
                          "gives it nothing more to do — give a larger --steps or --tokens")
-    return steps
+
+
+def _warmup_steps(cfg: TrainConfig, planned_steps: int) -> int:
+    if cfg.warmup_steps is not None:
+        return cfg.warmup_steps
+    return min(1000, planned_steps // 20)
 
 
 def _step_cap(cfg: TrainConfig, model: LanguageModel) -> int | None:

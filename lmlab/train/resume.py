@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.checkpoints import list_checkpoints, read_manifest
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
 
 # Fields that say how a run is watched or stored, not what it learns: free on resume.
@@ -20,11 +20,10 @@ RESUMES = "resumes"  # config.json's record of the changes each resume made
 
 
 def resumed_config(out: Path, config: dict,
-                   budgets: tuple[str, ...] = BUDGETS) -> tuple[dict, set[str]]:
-    """The configuration a `--resume` of the run in `out` continues with, and the fields
-    whose change it records: the saved run's, with `config`'s changes to watching fields and
-    `budgets` applied. Any other change, or no run in `out`, is refused in one line naming the
-    fields."""
+                   budgets: tuple[str, ...] = BUDGETS) -> dict:
+    """The configuration a `--resume` of the run in `out` continues with: the saved run's,
+    with `config`'s changes to watching fields and `budgets` applied, each change recorded.
+    Any other change, or no run in `out`, is refused in one line naming the fields."""
     saved_path = out / CONFIG
     if not saved_path.is_file():
         raise RunDirError(f"--resume: {out} holds no run to continue; leave out --resume to "
@@ -50,4 +49,10 @@ def resumed_config(out: Path, config: dict,
         history = [*history, {"from_checkpoint": checkpoints[-1].name if checkpoints else None,
                               "changed": {name: {"from": old, "to": new}
                                           for name, (old, new) in changed.items()}}]
-    return {**config, "train": asked, **({RESUMES: history} if history else {})}, set(changed)
+    return {**config, "train": asked, **({RESUMES: history} if history else {})}
+
+
+def trained_steps(out: Path) -> int:
+    """The steps the run in `out` has trained, by its newest checkpoint (0 with none)."""
+    checkpoints = list_checkpoints(out / CHECKPOINTS)
+    return read_manifest(checkpoints[-1])["step"] if checkpoints else 0
