@@ -310,7 +310,10 @@ def test_a_pickle_holding_code_is_refused_even_when_allowed(tmp_path, capsys):
     saved_bert(tmp_path / "hf")
     (tmp_path / "hf" / "model.safetensors").unlink()
     torch.save({"weights": print}, tmp_path / "hf" / "pytorch_model.bin")
-    assert "not a plain tensor checkpoint" in refused(tmp_path, capsys, "--allow-pickle")
+    line = refused(tmp_path, capsys, "--allow-pickle")
+    assert ("not a plain tensor checkpoint (Unsupported global: GLOBAL print was not an allowed "
+            "global by default); lmlab reads only tensors") in line
+    assert "\x1b" not in line and "weights_only` set to `False`" not in line
 
 
 def test_cli_import_reports_the_run(tmp_path, capsys):

@@ -9,6 +9,7 @@ GGUF file is read through `transformers` (with the `gguf` package), dequantised 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +92,9 @@ def read_weights(directory: Path, allow_pickle: bool) -> dict[str, Tensor]:
         try:
             state = torch.load(pickled, weights_only=True, map_location="cpu")
         except Exception as error:  # torch raises UnpicklingError and friends
-            reason = str(error).splitlines()[0]
-            raise HFImportError(f"{pickled}: not a plain tensor checkpoint ({reason})") from None
+            raise HFImportError(f"{pickled}: not a plain tensor checkpoint "
+                                f"({_unpickler_reason(error)}); lmlab reads only tensors from a "
+                                "pickle, never code") from None
         if not isinstance(state, dict) or not all(isinstance(t, Tensor) for t in state.values()):
             raise HFImportError(f"{pickled}: not a state dict of tensors")
         return state
@@ -177,3 +179,12 @@ def read_gguf(path: Path) -> HFModel:
     roles = {role: (token if (token := getattr(fast, hf_name, None)) in vocabulary else None)
              for role, hf_name in HF_ROLE_NAMES.items()}
     return HFModel(config.to_dict(), model.state_dict(), tokenizer, roles, str(path))
+
+
+def _unpickler_reason(error: Exception) -> str:
+    """What torch's weights-only unpickler refused (e.g. "Unsupported global: GLOBAL print
+    was not an allowed global by default"): its first sentence, without the advice to load
+    the file unsafely or the terminal colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    return (found.group(1) if found else text.splitlines()[0]).split(". ")[0].strip()
