@@ -150,12 +150,32 @@ def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
         torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
 
 
-def test_attend_takes_the_explicit_path_for_short_bf16_on_cpu_only():
+def test_attend_takes_the_explicit_path_for_short_sequences_on_cpu():
     torch.manual_seed(0)
-    short, long_ = (torch.randn(3, 1, 2, n, 8) for n in (16, 300))
-    for q, k, v in (short.bfloat16(), long_.bfloat16(), short):
-        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        explicit = _explicit_attention(q, k, v, None, True, 0.0)
-        chose_explicit = q.dtype == torch.bfloat16 and k.shape[2] <= 256
-        expected = explicit if chose_explicit else sdpa
-        assert torch.equal(attend(q, k, v, None, True, 0.0), expected)
+    for length, explicit_in in ((16, {torch.bfloat16, torch.float32}),
+                                (200, {torch.bfloat16}), (300, set())):
+        for dtype in (torch.bfloat16, torch.float32):
+            q, k, v = torch.randn(3, 1, 2, length, 8, dtype=dtype)
+            sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            explicit = _explicit_attention(q, k, v, None, True, 0.0)
+            expected = explicit if dtype in explicit_in else sdpa
+            assert torch.equal(attend(q, k, v, None, True, 0.0), expected)
+
+
+@pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk
+@pytest.mark.parametrize("kind", ["causal", "prefix", "bidirectional"])
+def test_fp32_explicit_attention_equals_sdpa_with_gradients(kind, query_len):
+    torch.manual_seed(0)
+    q = torch.randn(3, 2, query_len, 8, requires_grad=True)
+    k, v = (t.requires_grad_() for t in torch.randn(2, 3, 2, 16, 8))
+    segments = torch.tensor([[1] * 16, [1] * 9 + [2] * 7, [1] * 12 + [0] * 4])
+    prefix = torch.tensor([4, 10, 1]) if kind == "prefix" else None
+    mask, causal = MaskSpec(kind, prefix, segments if query_len > 1 else None).sdpa_arguments(
+        query_len, 16)
+    got = _explicit_attention(q, k, v, mask, causal, 0.0)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    for mine, reference in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(mine, reference, atol=1e-5, rtol=1e-5)

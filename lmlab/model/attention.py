@@ -15,11 +15,12 @@ from lmlab.model.layers import apply_rotary
 from lmlab.model.linear import Linear
 from lmlab.model.masks import MaskSpec
 
-# On CPU in bf16, PyTorch's fused attention kernel is about twice as slow as a plain
-# product → fp32 softmax → product for short sequences (T=128, forward + backward, 2 cores:
-# 29 ms against 13-16 ms a layer), while in fp32 they are level; beyond this many keys the
-# fused kernel's memory behaviour wins (at 512 they are level, at 1024 it is 3x faster).
-EXPLICIT_MAX_KEYS = 256
+# On CPU, for short sequences, a plain product → fp32 softmax → product beats PyTorch's fused
+# attention kernel, forward + backward (2 cores, 32 × 4 heads × 128 positions × 64 a layer):
+# in bf16 17 ms against 40 ms, in fp32 11-12 ms against 15-17 ms. Beyond this many keys the
+# fused kernel's memory behaviour wins: in fp32 they are level at 256 and the fused kernel is
+# 1.4x faster at 512; in bf16 level at 512 and 3x faster at 1024.
+EXPLICIT_MAX_KEYS = {torch.bfloat16: 256, torch.float32: 128}
 # Devices where a masked policy runs through compiled FlexAttention: its kernels skip the
 # blocks no query may see. On CPU it has no backward pass, so there SDPA takes a dense mask.
 FLEX_DEVICES = frozenset({"cuda"})
@@ -57,7 +58,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal:
     """softmax(q·kᵀ/√d + mask)·v over (B, H, T, head_dim), by the faster route here. Keys and
     values may have fewer heads than queries (grouped-query attention): each serves a group of
     consecutive query heads."""
-    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[2] <= EXPLICIT_MAX_KEYS:
+    if q.device.type == "cpu" and k.shape[2] <= EXPLICIT_MAX_KEYS.get(q.dtype, 0):
         return _explicit_attention(q, k, v, attn_mask, is_causal, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
                                           dropout_p=dropout_p, enable_gqa=_grouped(q, k))
@@ -77,16 +78,33 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
     if _grouped(q, k):
         group_size = q.shape[1] // k.shape[1]
         k, v = _repeat_heads(k, group_size), _repeat_heads(v, group_size)
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
-    if is_causal:  # queries are the last of the keys' positions, as everywhere in lmlab
-        attn_mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool,
-                               device=q.device).tril(k.shape[2] - q.shape[2])
+    batch, heads, query_len, width = q.shape
+    key_len = k.shape[2]
+    q, k, v = (t.reshape(batch * heads, -1, width) for t in (q, k, v))
+    if is_causal:  # the mask added inside the product: no separate pass forward or backward
+        scores = torch.baddbmm(_causal_bias(query_len, key_len, q.dtype, q.device), q,
+                               k.transpose(1, 2), alpha=width**-0.5)
+    else:
+        scores = torch.bmm(q * width**-0.5, k.transpose(1, 2))
     if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
+        allowed = attn_mask.expand(batch, heads, query_len, key_len)
+        scores = scores.masked_fill(~allowed.reshape(batch * heads, query_len, key_len),
+                                    float("-inf"))
     weights = torch.softmax(scores, -1, dtype=torch.float32)  # accumulated in fp32
     if dropout_p:
         weights = F.dropout(weights, dropout_p)
-    return weights.to(v.dtype) @ v
+    return torch.bmm(weights.to(v.dtype), v).view(batch, heads, query_len, width)
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_bias(query_len: int, key_len: int, dtype: torch.dtype,
+                 device: torch.device) -> Tensor:
+    """0 where a query may see a key, -inf after it; queries are the last of the keys'
+    positions, as everywhere in lmlab."""
+    later = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(
+        key_len - query_len + 1)
+    return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(
+        later, float("-inf"))
 
 
 class KVCache:
