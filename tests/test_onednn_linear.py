@@ -6,9 +6,31 @@ import torch
 import torch.nn.functional as F
 
 from lmlab import LanguageModel, MaskSpec, preset
+from lmlab.model import linear
 from lmlab.model.linear import MIN_ROWS, Linear, onednn_enabled
 
-needs_onednn = pytest.mark.skipif(not onednn_enabled(), reason="this PyTorch build has no oneDNN")
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                                  reason="this PyTorch build has no oneDNN")
+
+
+@pytest.fixture
+def through_onednn(monkeypatch):
+    """The oneDNN path, whatever this CPU's default."""
+    monkeypatch.setenv("LMLAB_ONEDNN", "1")
+
+
+@needs_onednn
+@pytest.mark.parametrize("vendor,setting,expected", [
+    ("GenuineIntel", None, False), ("AuthenticAMD", None, True), ("", None, True),
+    ("GenuineIntel", "1", True), ("AuthenticAMD", "0", False)])
+def test_onednn_is_the_default_except_on_intel_unless_set(monkeypatch, vendor, setting,
+                                                          expected):
+    monkeypatch.setattr(linear, "cpu_vendor", lambda: vendor)
+    if setting is None:
+        monkeypatch.delenv("LMLAB_ONEDNN", raising=False)
+    else:
+        monkeypatch.setenv("LMLAB_ONEDNN", setting)
+    assert onednn_enabled() is expected
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -31,7 +53,7 @@ def test_few_rows_in_inference_mode_equal_plain_linear_and_follow_weight_changes
 @needs_onednn
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(300, 24), (3, 100, 24), (7, 24)])
-def test_forward_and_gradients_equal_plain_linear(bias, shape):
+def test_forward_and_gradients_equal_plain_linear(bias, shape, through_onednn):
     torch.manual_seed(0)
     layer = Linear(24, 40, bias=bias)
     x = torch.randn(*shape, requires_grad=True)
@@ -52,7 +74,7 @@ def test_forward_and_gradients_equal_plain_linear(bias, shape):
 
 
 @needs_onednn
-def test_a_model_step_equals_the_plain_path(monkeypatch):
+def test_a_model_step_equals_the_plain_path(monkeypatch, through_onednn):
     torch.manual_seed(0)
     model = LanguageModel(preset("gpt2-tiny", vocab_size=300, max_seq_len=MIN_ROWS,
                                        dropout=0.0), heads=("lm",))

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from lmlab.config import ModelConfig
@@ -23,8 +24,8 @@ def test_cpu_peak_is_probed_once_a_process_and_the_cache_keeps_the_best(tmp_path
     cached = lambda: list(json.loads((tmp_path / "peak_flops.json").read_text()).values())  # noqa: E731
     probes = [1e11, 5e10, 2e11]  # quiet, then busy (reads low), then quieter still
     calls = []
-    monkeypatch.setattr(throughput, "probe_matmul_flops",
-                        lambda dtype, device: calls.append(dtype) or probes[len(calls) - 1])
+    monkeypatch.setattr(throughput, "probe_cpu_flops",
+                        lambda dtype: calls.append(dtype) or probes[len(calls) - 1])
     monkeypatch.setattr(throughput, "_PEAKS_THIS_PROCESS", {})
     assert throughput.cpu_peak_flops(torch.float32) == 1e11
     assert throughput.cpu_peak_flops(torch.float32) == 1e11
@@ -33,6 +34,16 @@ def test_cpu_peak_is_probed_once_a_process_and_the_cache_keeps_the_best(tmp_path
         monkeypatch.setattr(throughput, "_PEAKS_THIS_PROCESS", {})
         assert throughput.cpu_peak_flops(torch.float32) == expected
         assert cached() == [expected]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this build")
+def test_the_fp32_cpu_peak_is_the_faster_library_s(monkeypatch):
+    rates = {torch.matmul: 3e11, throughput.dnn_linear: 2e11}
+    monkeypatch.setattr(throughput, "probe_matmul_flops",
+                        lambda dtype, device, seconds, multiply=torch.matmul: rates[multiply])
+    assert throughput.probe_cpu_flops(torch.float32) == 3e11
+    rates[throughput.dnn_linear] = 4e11
+    assert throughput.probe_cpu_flops(torch.float32) == 4e11
 
 
 def test_real_probe_is_positive_and_gpu_table_by_name():

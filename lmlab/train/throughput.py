@@ -9,7 +9,6 @@ heads' total width stands for d_model where a config sets the head size apart).
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import torch
 from lmlab.atomic import write_text_atomic
 from lmlab.cache import cache_dir
 from lmlab.config import ModelConfig
+from lmlab.cpu_info import cpu_name
+from lmlab.model.linear import dnn_linear
 from lmlab.train.distributed import Env, from_rank_0
 from lmlab.train.precision import PRECISION_DTYPES
 
@@ -48,18 +49,9 @@ def _cache_file() -> Path:
     return cache_dir() / "peak_flops.json"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def probe_matmul_flops(dtype: torch.dtype, device: torch.device, seconds: float = 0.5) -> float:
-    """The best FLOP/s of repeated 1024×1024 matmuls over about `seconds`."""
+def probe_matmul_flops(dtype: torch.dtype, device: torch.device, seconds: float = 0.5,
+                       multiply=torch.matmul) -> float:
+    """The best FLOP/s of repeated 1024×1024 products `multiply(a, b)` over about `seconds`."""
     size = 1024
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -67,11 +59,22 @@ def probe_matmul_flops(dtype: torch.dtype, device: torch.device, seconds: float 
     while time.perf_counter() < deadline:
         start = time.perf_counter()
         for _ in range(4):
-            a @ b
+            multiply(a, b)
         if device.type == "cuda":
             torch.cuda.synchronize()
         best = max(best, 4 * 2 * size**3 / (time.perf_counter() - start))
     return best
+
+
+def probe_cpu_flops(dtype: torch.dtype) -> float:
+    """The CPU's peak for `dtype`: in fp32 the better of PyTorch's own product (MKL) and
+    oneDNN's, whichever lmlab runs (lmlab/model/linear.py), so that MFU is never measured
+    against the slower library's peak."""
+    cpu = torch.device("cpu")
+    if dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return probe_matmul_flops(dtype, cpu, seconds=0.5, multiply=torch.matmul)
+    return max(probe_matmul_flops(dtype, cpu, seconds=0.25),  # the same half second in all
+               probe_matmul_flops(dtype, cpu, seconds=0.25, multiply=dnn_linear))
 
 
 # This process's answer per cache key: the probe runs once per process.
@@ -82,11 +85,11 @@ def cpu_peak_flops(dtype: torch.dtype) -> float:
     """The best matmul FLOP/s measured on this (CPU, threads, dtype, torch version): probed
     once per process and kept as the maximum over processes in the cache, because a probe on
     a busy machine reads low and the peak is at least any measurement."""
-    key = f"{_cpu_name()}|{torch.get_num_threads()}|{dtype}|{torch.__version__}"
+    key = f"{cpu_name()}|{torch.get_num_threads()}|{dtype}|{torch.__version__}|both"
     if key not in _PEAKS_THIS_PROCESS:
         path = _cache_file()
         cache = json.loads(path.read_text()) if path.is_file() else {}
-        best = max(cache.get(key, 0.0), probe_matmul_flops(dtype, torch.device("cpu")))
+        best = max(cache.get(key, 0.0), probe_cpu_flops(dtype))
         if best != cache.get(key):
             cache[key] = best
             path.parent.mkdir(parents=True, exist_ok=True)
