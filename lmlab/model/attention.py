@@ -82,8 +82,9 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
     key_len = k.shape[2]
     q, k, v = (t.reshape(batch * heads, -1, width) for t in (q, k, v))
     if is_causal:  # the mask added inside the product: no separate pass forward or backward
-        scores = torch.baddbmm(_causal_bias(query_len, key_len, q.dtype, q.device), q,
-                               k.transpose(1, 2), alpha=width**-0.5)
+        bias = (causal_bias if torch.compiler.is_compiling() else _kept_causal_bias)(
+            query_len, key_len, q.dtype, q.device)  # a compiled graph holds its own
+        scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=width**-0.5)
     else:
         scores = torch.bmm(q * width**-0.5, k.transpose(1, 2))
     if attn_mask is not None:
@@ -96,15 +97,16 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
     return torch.bmm(weights.to(v.dtype), v).view(batch, heads, query_len, width)
 
 
-@functools.lru_cache(maxsize=16)
-def _causal_bias(query_len: int, key_len: int, dtype: torch.dtype,
-                 device: torch.device) -> Tensor:
+def causal_bias(query_len: int, key_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     """0 where a query may see a key, -inf after it; queries are the last of the keys'
     positions, as everywhere in lmlab."""
     later = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(
         key_len - query_len + 1)
     return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(
         later, float("-inf"))
+
+
+_kept_causal_bias = functools.lru_cache(maxsize=16)(causal_bias)
 
 
 class KVCache:
