@@ -150,16 +150,17 @@ def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
         torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
 
 
-def test_attend_takes_the_explicit_path_for_short_sequences_on_cpu():
+def test_attend_takes_the_explicit_path_for_short_sequences_in_cpu_training():
     torch.manual_seed(0)
     for length, explicit_in in ((16, {torch.bfloat16, torch.float32}),
                                 (200, {torch.bfloat16}), (300, set())):
         for dtype in (torch.bfloat16, torch.float32):
-            q, k, v = torch.randn(3, 1, 2, length, 8, dtype=dtype)
-            sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            explicit = _explicit_attention(q, k, v, None, True, 0.0)
-            expected = explicit if dtype in explicit_in else sdpa
-            assert torch.equal(attend(q, k, v, None, True, 0.0), expected)
+            for training in (True, False):
+                q, k, v = torch.randn(3, 1, 2, length, 8, dtype=dtype).requires_grad_(training)
+                sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                explicit = _explicit_attention(q, k, v, None, True, 0.0)
+                expected = explicit if training and dtype in explicit_in else sdpa
+                assert torch.equal(attend(q, k, v, None, True, 0.0), expected)
 
 
 @pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk

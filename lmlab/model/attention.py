@@ -15,11 +15,12 @@ from lmlab.model.layers import apply_rotary
 from lmlab.model.linear import Linear
 from lmlab.model.masks import MaskSpec
 
-# On CPU, for short sequences, a plain product → fp32 softmax → product beats PyTorch's fused
-# attention kernel, forward + backward (2 cores, 32 × 4 heads × 128 positions × 64 a layer):
-# in bf16 17 ms against 40 ms, in fp32 11-12 ms against 15-17 ms. Beyond this many keys the
-# fused kernel's memory behaviour wins: in fp32 they are level at 256 and the fused kernel is
-# 1.4x faster at 512; in bf16 level at 512 and 3x faster at 1024.
+# Training on CPU, for short sequences a plain product → fp32 softmax → product beats PyTorch's
+# fused attention kernel, forward + backward (2 cores, 32 × 4 heads × 128 positions × 64 a
+# layer): in bf16 17 ms against 40 ms, in fp32 11-12 ms against 15-17 ms. Beyond this many keys
+# the fused kernel's memory behaviour wins: in fp32 they are level at 256 and the fused kernel
+# is 1.4x faster at 512; in bf16 level at 512 and 3x faster at 1024. Without gradients
+# (evaluation, decoding) the fused kernel is the faster one at every length measured.
 EXPLICIT_MAX_KEYS = {torch.bfloat16: 256, torch.float32: 128}
 # Devices where a masked policy runs through compiled FlexAttention: its kernels skip the
 # blocks no query may see. On CPU it has no backward pass, so there SDPA takes a dense mask.
@@ -58,7 +59,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal:
     """softmax(q·kᵀ/√d + mask)·v over (B, H, T, head_dim), by the faster route here. Keys and
     values may have fewer heads than queries (grouped-query attention): each serves a group of
     consecutive query heads."""
-    if q.device.type == "cpu" and k.shape[2] <= EXPLICIT_MAX_KEYS.get(q.dtype, 0):
+    if (q.device.type == "cpu" and q.requires_grad and torch.is_grad_enabled()
+            and k.shape[2] <= EXPLICIT_MAX_KEYS.get(q.dtype, 0)):
         return _explicit_attention(q, k, v, attn_mask, is_causal, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
                                           dropout_p=dropout_p, enable_gqa=_grouped(q, k))
