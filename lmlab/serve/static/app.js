@@ -237,10 +237,12 @@ function drawCurves() {
   }
 }
 
-// Lines on one canvas; a series marked `own` gets its own vertical scale.
+// Lines on one canvas, framed, with the first and last step below and each scale's ends
+// beside it: the shared one on the left, a series marked `own` (its own scale) on the right.
 function plot(canvas, series) {
   const g = canvas.getContext("2d");
-  const pad = 30;
+  const pad = 44;
+  const [width, height] = [canvas.width - 2 * pad, canvas.height - 2 * pad];
   g.clearRect(0, 0, canvas.width, canvas.height);
   const all = series.flatMap((s) => s.points);
   if (!all.length) return;
@@ -251,19 +253,31 @@ function plot(canvas, series) {
     return [Math.min(...ys), Math.max(...ys, Math.min(...ys) + 1e-9)];
   };
   const shared = range(series.filter((s) => !s.own).flatMap((s) => s.points).concat([[0, all[0][1]]]));
+  const number = (v) => (Math.abs(v) >= 0.01 || v === 0 ? v.toFixed(2) : v.toExponential(1));
+  g.strokeStyle = "#ccc";
+  g.strokeRect(pad, pad, width, height);
+  g.fillStyle = "#555";
+  g.fillText(`step ${x0}`, pad, pad + height + 14);
+  g.fillText(`${x1}`, pad + width - g.measureText(`${x1}`).width, pad + height + 14);
+  g.fillText(number(shared[1]), 2, pad + 4);
+  g.fillText(number(shared[0]), 2, pad + height);
   series.forEach((s, i) => {
     if (!s.points.length) return;
     const [y0, y1] = s.own ? range(s.points) : shared;
     g.strokeStyle = g.fillStyle = s.color;
+    if (s.own) {
+      g.fillText(number(y1), pad + width + 3, pad + 4);
+      g.fillText(number(y0), pad + width + 3, pad + height);
+    }
     g.beginPath();
     s.points.forEach(([x, y], j) => {
-      const px = pad + (x - x0) / (x1 - x0) * (canvas.width - 2 * pad);
-      const py = canvas.height - pad - (y - y0) / (y1 - y0) * (canvas.height - 2 * pad);
+      const px = pad + (x - x0) / (x1 - x0) * width;
+      const py = pad + height - (y - y0) / (y1 - y0) * height;
       j ? g.lineTo(px, py) : g.moveTo(px, py);
       g.fillRect(px - 2, py - 2, 4, 4);  // a lone point (one validation) shows too
     });
     g.stroke();
-    g.fillText(s.label, pad + i * 110, 12);
+    g.fillText(s.label, pad + i * 110, 14);
   });
 }
 
