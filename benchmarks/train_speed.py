@@ -3,14 +3,15 @@
 lmlab is measured twice: like for like (PyTorch's default matmul path and malloc, as HF uses),
 and as `lmlab pretrain` runs by default (oneDNN fp32 linear layers on CPUs other than Intel's,
 malloc keeping freed memory: lmlab/train/allocator.py), whose gain is reported separately.
-MFU is against the CPU's own peak for the precision (lmlab.train.throughput), and the results
-name the machine they were measured on.
+MFU is against the device's own peak for the precision (lmlab.train.throughput), and the
+results name the machine they were measured on.
 
-Reference config: 4 layers, d_model 256, 4 heads, FFN 1024, sequence 128, batch 32,
-vocabulary 8192, 2 CPU threads. Baselines: BertForMaskedLM with DataCollatorForLanguageModeling
-masking, and GPT2LMHeadModel, each trained with a plain AdamW loop. Settings: fp32 eager, bf16
-autocast eager, bf16 + torch.compile. Each measurement runs in its own process so peak RSS is
-its own.
+Reference config (--shape reference): 4 layers, d_model 256, 4 heads, FFN 1024, sequence 128,
+batch 32, vocabulary 8192, 2 CPU threads. --shape gpt2-124m and bert-base are GPT-2 small
+(sequence 1024) and BERT-base (sequence 512), for --device cuda. Baselines: BertForMaskedLM
+with DataCollatorForLanguageModeling masking, and GPT2LMHeadModel, each trained with a plain
+AdamW loop. Settings: fp32 eager, bf16 autocast eager, bf16 + torch.compile. Each measurement
+runs in its own process so peak RSS is its own.
 
 For CLM, nanoGPT's GPT (its own model.py, imported from a checkout given by --nanogpt, e.g.
 `git clone https://github.com/karpathy/nanoGPT`) with the same shape, GPT-2's biases and
@@ -19,6 +20,8 @@ tied embeddings, trained with its own configure_optimizers, is a second baseline
     python benchmarks/train_speed.py                 # everything (several minutes)
     python benchmarks/train_speed.py --settings fp32 --steps 8
     python benchmarks/train_speed.py --objectives clm --nanogpt ~/src/nanoGPT
+    python benchmarks/train_speed.py --device cuda --shape gpt2-124m --objectives clm \
+        --settings bf16+compile --nanogpt ~/src/nanoGPT
 """
 
 from __future__ import annotations
@@ -30,13 +33,28 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from lmlab.train.allocator import keep_freed_memory
 
-VOCAB, LAYERS, WIDTH, HEADS, SEQ, BATCH = 8192, 4, 256, 4, 128, 32
+
+@dataclass(frozen=True)
+class Shape:
+    """lmlab's preset size (layers, width, heads, FFN: the same for every implementation),
+    vocabulary, context and batch."""
+
+    size: str
+    vocab: int
+    seq: int
+    batch: int
+
+
+SHAPES = {"reference": Shape("mini", 8192, 128, 32),
+          "gpt2-124m": Shape("base", 50304, 1024, 16),  # GPT-2's vocabulary padded to 64s
+          "bert-base": Shape("base", 30522, 512, 32)}
 SETTINGS = ("fp32", "bf16", "bf16+compile")
 # (name, environment; None: unset): like for like, lmlab uses PyTorch's default matmul path and
 # malloc, as HF does; "lmlab+tuned" is what `lmlab pretrain` users get by default (oneDNN fp32
@@ -46,26 +64,33 @@ IMPLEMENTATIONS = (("hf", {"LMLAB_ONEDNN": "0", "LMLAB_MALLOC_TUNE": "0"}),
                    ("lmlab+tuned", {"LMLAB_ONEDNN": None, "LMLAB_MALLOC_TUNE": None}))
 
 
-def lmlab_step_fn(objective_name: str, compile_model: bool):
-    from lmlab import LanguageModel, SpecialTokens, preset
+def model_config(objective_name: str, shape: Shape):
+    from lmlab import preset
+
+    family = "bert" if objective_name == "mlm" else "gpt2"
+    return preset(f"{family}-{shape.size}", shape.vocab, shape.seq, dropout=0.0)
+
+
+def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+    from lmlab import LanguageModel, SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.train.loop import forward_loss
     from lmlab.train.optim import make_optimizer
 
-    special = SpecialTokens.layout(VOCAB, n_sentinels=100)
-    family = "bert" if objective_name == "mlm" else "gpt2"
-    cfg = preset(f"{family}-mini", VOCAB, SEQ, dropout=0.0)
+    special = SpecialTokens.layout(shape.vocab, n_sentinels=100)
+    cfg = model_config(objective_name, shape)
     objective = build_objective(objective_name, special)
-    model = LanguageModel(cfg, heads=objective.heads)
+    model = LanguageModel(cfg, heads=objective.heads).to(device)
     optimizer = make_optimizer(model, 1e-4)
     compute_loss = forward_loss(model, objective, compile_model)  # as `lmlab pretrain` does
     generator = torch.Generator().manual_seed(0)
     first_ordinary = max(special.all_ids) + 1
 
     def step(precision: str) -> None:
-        tokens = torch.randint(first_ordinary, VOCAB, (BATCH, SEQ), generator=generator)
-        batch = objective.make_batch(tokens, generator)
-        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+        tokens = torch.randint(first_ordinary, shape.vocab, (shape.batch, shape.seq),
+                               generator=generator)
+        batch = objective.make_batch(tokens, generator).to(device)
+        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
             loss = compute_loss(batch).mean()
         loss.backward()
         optimizer.step()
@@ -73,10 +98,10 @@ def lmlab_step_fn(objective_name: str, compile_model: bool):
 
     # MFU counts the vocabulary projection at the share of positions the objective predicts
     # (15% for MLM), as `lmlab pretrain` does: never work the fused loss does not do.
-    return step, (cfg, objective.predicted_fraction(BATCH, SEQ))
+    return step, (cfg, objective.predicted_fraction(shape.batch, shape.seq))
 
 
-def hf_step_fn(objective_name: str, compile_model: bool):
+def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
     from tokenizers import Tokenizer, models
     from transformers import (
         BertConfig,
@@ -87,12 +112,14 @@ def hf_step_fn(objective_name: str, compile_model: bool):
         PreTrainedTokenizerFast,
     )
 
+    cfg = model_config(objective_name, shape)
     if objective_name == "mlm":
         model = BertForMaskedLM(BertConfig(
-            vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS,
-            num_attention_heads=HEADS, intermediate_size=4 * WIDTH, max_position_embeddings=SEQ,
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-        vocab = {f"t{i}": i for i in range(5, VOCAB)}
+            vocab_size=shape.vocab, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim,
+            max_position_embeddings=shape.seq, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0))
+        vocab = {f"t{i}": i for i in range(5, shape.vocab)}
         vocab.update({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4})
         tokenizer = PreTrainedTokenizerFast(
             tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
@@ -101,21 +128,24 @@ def hf_step_fn(objective_name: str, compile_model: bool):
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     else:
         model = GPT2LMHeadModel(GPT2Config(
-            vocab_size=VOCAB, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS, n_positions=SEQ,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+            vocab_size=shape.vocab, n_embd=cfg.d_model, n_layer=cfg.n_layers,
+            n_head=cfg.n_heads, n_positions=shape.seq, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0))
         collator = None
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     forward = torch.compile(model) if compile_model else model
     generator = torch.Generator().manual_seed(0)
 
     def step(precision: str) -> None:
-        tokens = torch.randint(107, VOCAB, (BATCH, SEQ), generator=generator)
+        tokens = torch.randint(107, shape.vocab, (shape.batch, shape.seq), generator=generator)
         if collator is not None:
             batch = collator([{"input_ids": row} for row in tokens.tolist()])
             inputs = {"input_ids": batch["input_ids"], "labels": batch["labels"]}
         else:
             inputs = {"input_ids": tokens, "labels": tokens}
-        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+        inputs = {name: value.to(device) for name, value in inputs.items()}
+        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
             loss = forward(**inputs).loss
         loss.backward()
         optimizer.step()
@@ -124,22 +154,26 @@ def hf_step_fn(objective_name: str, compile_model: bool):
     return step, None
 
 
-def nanogpt_step_fn(objective_name: str, compile_model: bool):
+def nanogpt_step_fn(objective_name: str, compile_model: bool, shape: Shape,
+                    device: torch.device):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "nanogpt_model", Path(os.environ["NANOGPT_DIR"]) / "model.py")
     nanogpt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(nanogpt)
-    model = nanogpt.GPT(nanogpt.GPTConfig(block_size=SEQ, vocab_size=VOCAB, n_layer=LAYERS,
-                                          n_head=HEADS, n_embd=WIDTH, dropout=0.0, bias=True))
-    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), "cpu")
+    cfg = model_config(objective_name, shape)
+    model = nanogpt.GPT(nanogpt.GPTConfig(
+        block_size=shape.seq, vocab_size=shape.vocab, n_layer=cfg.n_layers, n_head=cfg.n_heads,
+        n_embd=cfg.d_model, dropout=0.0, bias=True)).to(device)
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
     forward = torch.compile(model) if compile_model else model
     generator = torch.Generator().manual_seed(0)
 
     def step(precision: str) -> None:
-        tokens = torch.randint(107, VOCAB, (BATCH, SEQ + 1), generator=generator)
-        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+        tokens = torch.randint(107, shape.vocab, (shape.batch, shape.seq + 1),
+                               generator=generator).to(device)
+        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
             _, loss = forward(tokens[:, :-1], tokens[:, 1:].contiguous())  # it views targets
         loss.backward()
         optimizer.step()
@@ -151,39 +185,50 @@ def nanogpt_step_fn(objective_name: str, compile_model: bool):
 BUILDERS = {"lmlab": lmlab_step_fn, "hf": hf_step_fn, "nanogpt": nanogpt_step_fn}
 
 
-def measure_one(implementation: str, objective: str, setting: str, steps: int,
-                warmup: int) -> dict:
-    torch.set_num_threads(2)
+def measure_one(implementation: str, objective: str, setting: str, steps: int, warmup: int,
+                shape: Shape, device: torch.device) -> dict:
+    if device.type == "cpu":
+        torch.set_num_threads(2)
     torch.manual_seed(0)
     compile_model = setting.endswith("+compile")
     precision = setting.split("+")[0]
     if implementation == "lmlab":
         keep_freed_memory()  # as `lmlab pretrain` does (unless LMLAB_MALLOC_TUNE=0)
-    step, counted = BUILDERS[implementation](objective, compile_model)
-    start = time.perf_counter()
+    step, counted = BUILDERS[implementation](objective, compile_model, shape, device)
+
+    def finished() -> float:  # a GPU's queued work done, then the time
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    start = finished()
     step(precision)  # the first step pays for compilation, if any
-    first_step = time.perf_counter() - start
+    first_step = finished() - start
     # On CPUs with AMX the first bf16 steps build oneDNN kernels for each new shape (seen
     # here: 2-3 s a step for about seven steps, then 0.2 s), for every implementation alike.
     for _ in range(warmup):
         step(precision)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start = finished(), time.process_time()
     for _ in range(steps):
         step(precision)
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    result = {"tokens_per_second": steps * BATCH * SEQ / elapsed,
+    elapsed, cpu = finished() - start, time.process_time() - cpu_start
+    tokens = steps * shape.batch * shape.seq
+    result = {"tokens_per_second": tokens / elapsed,
               # less sensitive than wall time to other processes on a busy machine
-              "tokens_per_cpu_second": steps * BATCH * SEQ / cpu,
+              "tokens_per_cpu_second": tokens / cpu,
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "first_step_s": first_step}
+    if device.type == "cuda":
+        result["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     if counted is not None:
         from lmlab.train.throughput import device_peak_flops, flops_per_token
 
         cfg, fraction = counted
-        # the CPU's own peak for the precision: fp32 the better of MKL and oneDNN, bf16 probed
-        peak = device_peak_flops(torch.device("cpu"),
-                                 torch.bfloat16 if precision == "bf16" else torch.float32)
-        result["mfu"] = result["tokens_per_second"] * flops_per_token(cfg, SEQ, fraction) / peak
+        # the device's own peak for the precision: on a CPU, fp32 the better of MKL and
+        # oneDNN, bf16 probed; on a GPU, its datasheet's dense peak
+        peak = device_peak_flops(device, torch.bfloat16 if precision == "bf16" else torch.float32)
+        result["mfu"] = (result["tokens_per_second"] * flops_per_token(cfg, shape.seq, fraction)
+                         / peak)
         result["peak_flops"] = peak
     return result
 
@@ -201,11 +246,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured steps first")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/train_speed.json"))
+    parser.add_argument("--shape", choices=list(SHAPES), default="reference")
+    parser.add_argument("--batch", type=int, help="rows per step, instead of the shape's")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU")
     parser.add_argument("--nanogpt", type=Path,
                         help="a nanoGPT checkout: its GPT is a further CLM baseline")
     args = parser.parse_args()
+    shape, device = SHAPES[args.shape], torch.device(args.device)
+    if args.batch:
+        shape = replace(shape, batch=args.batch)
     if args.one:
-        print(json.dumps(measure_one(*args.one, args.steps, args.warmup)))
+        print(json.dumps(measure_one(*args.one, args.steps, args.warmup, shape, device)))
         return
     rows = []
     for objective in args.objectives:
@@ -219,7 +270,8 @@ def main() -> None:
                 for implementation, settings in implementations:
                     command = [sys.executable, __file__, "--one", implementation.split("+")[0],
                                objective, setting, "--steps", str(args.steps),
-                               "--warmup", str(args.warmup)]
+                               "--warmup", str(args.warmup), "--shape", args.shape,
+                               "--batch", str(shape.batch), "--device", args.device]
                     env = {name: value for name, value in {**os.environ, **settings}.items()
                            if value is not None}
                     output = subprocess.run(command, capture_output=True, text=True,
@@ -256,7 +308,10 @@ def main() -> None:
     from lmlab.model.linear import onednn_enabled
 
     machine = {"cpu": cpu_name(), "threads": 2, "torch": torch.__version__,
-               "onednn_fp32_by_default": onednn_enabled(), "load_average": os.getloadavg()}
+               "onednn_fp32_by_default": onednn_enabled(), "load_average": os.getloadavg(),
+               "shape": args.shape, **vars(shape)}
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
     args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
 
 
