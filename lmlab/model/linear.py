@@ -24,10 +24,9 @@ from lmlab.cpu_info import cpu_vendor
 
 def onednn_enabled() -> bool:
     """Whether fp32 CPU products go through oneDNN: as LMLAB_ONEDNN (1 or 0) says, else on
-    every CPU but Intel's. Measured on an Intel Xeon (AVX-512, 2 threads), oneDNN made training
-    steps 7-9% slower than MKL and batched decoding's layers about 2x slower; on the AMD EPYC
-    it was chosen on, training steps 1-9% faster (measured with lmlab's allocator
-    setting) and batched decoding 1.2x faster."""
+    every CPU but Intel's. It was chosen for AMD EPYC CPUs, where MKL takes a generic path; on
+    an Intel Xeon (AVX-512, no AMX, 2 threads) it made training steps 7-9% slower than MKL and
+    batched decoding's layers about 2x slower."""
     if not torch.backends.mkldnn.is_available():
         return False
     setting = os.environ.get("LMLAB_ONEDNN")
