@@ -69,9 +69,9 @@ def test_resume_after_sigkill_reproduces_every_step_bitwise(tmp_path):
             "--micro-batch-size", "4", "--checkpoint-every", "7", "--eval-every", "50",
             "--model-overrides", '{"dropout": 0.1}']
     # One thread: what is proven is that resume restores every state (weights, optimizer,
-    # random streams, data order); multi-threaded BLAS may, rarely, split a product's sums
-    # differently between two processes, which would show in the last float bits (seen once
-    # in a full suite run, never alone).
+    # random streams, data order). Once, in a full suite run (never alone), the uninterrupted
+    # run differed from others in the last float bits, most likely a multi-threaded product
+    # summed in another order; one thread leaves no such freedom.
     one_thread = {"OMP_NUM_THREADS": "1"}
     run_script(tmp_path / "whole", *args, env=one_thread)
     expected = train_losses(tmp_path / "whole")

@@ -89,10 +89,9 @@ def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
         scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=width**-0.5)
     else:
         scores = torch.bmm(q * width**-0.5, k.transpose(1, 2))
-    if attn_mask is not None:
-        allowed = attn_mask.expand(batch, heads, query_len, key_len)
-        scores = scores.masked_fill(~allowed.reshape(batch * heads, query_len, key_len),
-                                    float("-inf"))
+    if attn_mask is not None:  # broadcast over the 4-d view of the scores, copied nowhere
+        scores = scores.view(batch, heads, query_len, key_len).masked_fill(
+            ~attn_mask, float("-inf")).view(batch * heads, query_len, key_len)
     weights = torch.softmax(scores, -1, dtype=torch.float32)  # accumulated in fp32
     if dropout_p:
         weights = F.dropout(weights, dropout_p)
