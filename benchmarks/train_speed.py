@@ -74,8 +74,8 @@ def model_config(objective_name: str, shape: Shape):
 def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
     from lmlab import LanguageModel, SpecialTokens
     from lmlab.objectives.registry import build_objective
-    from lmlab.train.loop import forward_loss
     from lmlab.train.optim import make_optimizer
+    from lmlab.train.step import forward_loss
 
     special = SpecialTokens.layout(shape.vocab, n_sentinels=100)
     cfg = model_config(objective_name, shape)

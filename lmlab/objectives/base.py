@@ -138,6 +138,9 @@ class Batch:
     predict_at: dict[str, Tensor | None]
     token_type_ids: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+    # What the host decides by (which objective made the batch): kept off the device, so
+    # reading it never waits for one.
+    host_facts: dict[str, int] = field(default_factory=dict)
 
     def model_inputs(self) -> dict:
         return dict(input_ids=self.input_ids, mask=self.mask, positions=self.positions,
@@ -161,6 +164,7 @@ class Batch:
             positions=cut(self.positions), targets=cut(self.targets), predict_at=predict_at,
             token_type_ids=cut(self.token_type_ids),
             extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
+            host_facts=self.host_facts,
         )
 
     def token_count(self) -> int:
@@ -169,16 +173,9 @@ class Batch:
         return int((segments > 0).sum()) if segments is not None else self.input_ids.numel()
 
     def to(self, device: torch.device | str) -> Batch:
-        """The batch on `device`. Copies to a GPU start from pinned host memory and do not
-        wait, so the host goes on queueing the step while they run."""
-        pin = torch.device(device).type == "cuda"
-
+        """The batch on `device`, copied without waiting (`to_device`)."""
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            if t is None:
-                return None
-            if pin and t.device.type == "cpu":
-                t = t.pin_memory()
-            return t.to(device, non_blocking=True)
+            return None if t is None else to_device(t, device)
 
         return replace(
             self, input_ids=move(self.input_ids), mask=self.mask.to(device, move),
@@ -187,6 +184,15 @@ class Batch:
             predict_at={k: move(v) for k, v in self.predict_at.items()},
             extras={k: move(v) for k, v in self.extras.items()},
         )
+
+
+def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
+    """`tensor` on `device`. Copies to a GPU start from pinned host memory and do not wait,
+    so the host goes on queueing the step while they run (a plain copy from pageable memory
+    would wait for the GPU's queue to drain first)."""
+    if torch.device(device).type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
 
 
 @dataclass

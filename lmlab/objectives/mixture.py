@@ -176,18 +176,18 @@ class Alternating(Objective):
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         index = self.index_at(step)
         batch = self.objectives[index].make_batch(tokens, generator, step)
-        batch.extras["objective_index"] = torch.tensor(index)
+        batch.host_facts["objective_index"] = index
         for head in self.heads:  # idle heads run on no position (see `loss`)
             batch.predict_at.setdefault(head, torch.empty(0, dtype=torch.long))
         return batch
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
-        return self.objectives[int(batch.extras["objective_index"])].target_counts(batch)
+        return self.objectives[batch.host_facts["objective_index"]].target_counts(batch)
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         """The current part's loss. The idle heads' outputs, on no position, add an exact zero
         that gives every head a (zero) gradient each step, as data parallelism requires."""
-        part = self.objectives[int(batch.extras["objective_index"])]
+        part = self.objectives[batch.host_facts["objective_index"]]
         result = part.loss(outputs, batch)
         idle = sum(empty_sum(outputs[head]) for head in self.heads if head not in part.heads)
         term, (loss_sum, count) = next(iter(result.terms.items()))

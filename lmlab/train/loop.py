@@ -2,9 +2,10 @@
 
 A setup (pre-training: lmlab/train/pretrain.py) builds a `Training`: the model, optimizer,
 objective, a source of micro-batches and a validation. `run_training` then steps it: learning
-rate, micro-batches, forward and backward normalised by the global target count, gradient
-clipping, the non-finite guard, logging with throughput and MFU, validation, checkpoints, and
-a clean stop on SIGINT/SIGTERM, resumable exactly.
+rate, micro-batches, the step's device work (lmlab/train/step.py: forward and backward
+normalised by the global target count, gradient clipping, the non-finite guard, the update),
+logging with throughput and MFU, validation, checkpoints, and a clean stop on SIGINT/SIGTERM,
+resumable exactly. Values come back to the host at log, validation and checkpoint steps only.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ from lmlab.train.budget import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
 from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
-from lmlab.train.precision import autocast
 from lmlab.train.schedule import Schedule
+from lmlab.train.step import (
+    SkippedSteps,
+    StepResult,
+    clipped_grad_norm,
+    forward_loss,
+    guarded_update,
+    train_step,
+)
 
 
 class TrainingError(RuntimeError):
@@ -124,46 +132,15 @@ class StopRequest:
             signal.signal(signum, handler)
 
 
-def forward_loss(model, objective: Loss, compile_model: bool):
-    """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
-    projection + cross-entropy (lmlab/model/linear_cross_entropy.py), so full logits are never
-    materialised. With `compile_model` the model is compiled as one graph and the loss stays
-    eager: as fast as inductor's own fusion of projection and log-softmax (measured, bf16 on
-    2 cores), and it never holds the logits."""
-    forward = torch.compile(model) if compile_model else model
-
-    def run(batch) -> LossSum:
-        return objective.loss(forward(**batch.model_inputs(), unprojected=True), batch)
-
-    return run
-
-
-def train_step(model, compute_loss, objective: Loss, micro_batches, env, precision,
-               scaler):
-    """Forward and backward over a step's micro-batches; the loss is normalised by the
-    global target count of each term. Returns (loss, per-term losses) of the step."""
-    counts = {}
-    for batch in micro_batches:
-        for term, count in objective.target_counts(batch).items():
-            counts[term] = counts.get(term, 0) + count
-    counts = distributed.all_reduce_sum({k: torch.as_tensor(v) for k, v in counts.items()}, env)
-    counts = {k: v.to(env.device).float() for k, v in counts.items()}
-    step_loss = torch.zeros((), device=env.device)
-    term_losses: dict[str, torch.Tensor] = {}
-    for index, batch in enumerate(micro_batches):
-        last = index == len(micro_batches) - 1
-        batch = batch.to(env.device)
-        with distributed.gradient_sync(model, enabled=last), autocast(precision, env.device):
-            loss = compute_loss(batch)
-            # DDP averages gradients over ranks; scaling by the world size turns
-            # that average into the sum over ranks of sum / global count.
-            scaled = loss.mean(counts) * env.world_size
-            (scaler.scale(scaled) if scaler else scaled).backward()
-        step_loss += loss.mean(counts).detach()
-        for term, (loss_sum, _) in loss.terms.items():
-            term_losses[term] = term_losses.get(term, 0) + loss_sum.detach() / counts[term]
-    reduced = distributed.all_reduce_sum({"loss": step_loss, **term_losses}, env)
-    return float(reduced["loss"]), {k: float(v) for k, v in reduced.items() if k != "loss"}
+def device_step(t: Training, compute_loss, micro_batches) -> StepResult:
+    """Forward, backward, clipping and the update, with a step whose loss or gradient norm is
+    not finite skipped on the device: nothing is read back to the host."""
+    loss, terms = train_step(t.train_model, compute_loss, t.objective, micro_batches, t.env,
+                             t.cfg.precision, t.scaler)
+    grad_norm = clipped_grad_norm(t.model, t.optimizer, t.scaler, t.cfg.grad_clip)
+    skip = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+    guarded_update(t.optimizer, t.scaler, skip)
+    return StepResult(loss, terms, grad_norm, skip.float())
 
 
 def run_training(t: Training) -> LoopState:
@@ -177,6 +154,7 @@ def run_training(t: Training) -> LoopState:
     stop = StopRequest()
     generator = torch.Generator()
     throughput = Throughput()
+    skipped = SkippedSteps(state.nonfinite_streak, t.env.device)
     try:
         stopping = False
         while state.step < state.total_steps and not stopping:
@@ -186,28 +164,19 @@ def run_training(t: Training) -> LoopState:
             generator.manual_seed(step_seed(cfg.seed, t.env.rank, state.step))
             torch.manual_seed(step_seed(cfg.seed, t.env.rank, state.step) + 1)  # dropout
             micro_batches = t.data.micro_batches(state.step, generator)
-            loss, terms = train_step(t.train_model, compute_loss, t.objective, micro_batches,
-                                     t.env, cfg.precision, t.scaler)
-            grad_norm = _unscaled_grad_norm(t)
+            result = device_step(t, compute_loss, micro_batches)
+            skipped.add(result.skipped)
             tokens = sum(batch.token_count() for batch in micro_batches) * t.env.world_size
             state.step += 1
             state.tokens += tokens
             state.data = t.data.state_dict()
-            # One collective for both, so every rank takes the same branch and stops together.
-            nonfinite, stopping = distributed.any_rank(
-                (not (math.isfinite(loss) and math.isfinite(grad_norm)), stop.requested), t.env)
-            if nonfinite:
-                _skip_step(t, log, loss, save=stopping)
-                continue
-            state.nonfinite_streak = 0
-            _optimizer_step(t)
             throughput.add(tokens)
             if t.deadline is not None:
                 _keep_to_deadline(t, bar)
-            if state.step % _log_every(t) == 0 or state.step == state.total_steps:
-                _log_step(t, log, bar, throughput, loss=loss, lr=lr, grad_norm=grad_norm,
-                          terms=terms)
-            if _validate_and_save(t, log, stopping):
+            stopping = _stop_requested(t, stop)
+            if _log_due(t) or stopping:
+                _log_step(t, log, bar, throughput, result, skipped, lr=lr)
+            if _validate_and_save(t, log, skipped, stopping):
                 break
     finally:
         stop.restore()
@@ -238,6 +207,18 @@ class Throughput:
         return rate
 
 
+def _log_due(t: Training) -> bool:
+    return t.state.step % _log_every(t) == 0 or t.state.step == t.state.total_steps
+
+
+def _stop_requested(t: Training, stop: StopRequest) -> bool:
+    """Whether SIGINT/SIGTERM asked to stop. Across ranks this takes a collective, so they
+    agree at log steps only: every rank takes the same branch and stops together."""
+    if not t.env.distributed:
+        return stop.requested
+    return _log_due(t) and distributed.any_rank((stop.requested,), t.env)[0]
+
+
 def _log_every(t: Training) -> int:
     """--log-every; but a time budget left to validate as it sees fit logs often enough for
     its curve to have DEADLINE_LOG_POINTS points."""
@@ -258,49 +239,38 @@ def _keep_to_deadline(t: Training, bar: ProgressBar) -> None:
         bar.set_total(total)
 
 
-def _unscaled_grad_norm(t: Training) -> float:
-    if t.scaler:
-        t.scaler.unscale_(t.optimizer)
-    norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.cfg.grad_clip)
-    return float(norm.full_tensor() if distributed.is_sharded(t.model) else norm)
-
-
-def _optimizer_step(t: Training) -> None:
-    if t.scaler:
-        t.scaler.step(t.optimizer)
-        t.scaler.update()
-    else:
-        t.optimizer.step()
-    t.optimizer.zero_grad(set_to_none=True)
-
-
-def _skip_step(t: Training, log: MetricsLog, loss: float, save: bool) -> None:
-    """A step whose loss or gradient was not finite changes nothing but the counters."""
-    state = t.state
-    t.optimizer.zero_grad(set_to_none=True)
-    state.nonfinite_steps += 1
-    state.nonfinite_streak += 1
-    log.log("train", state.step, skipped_nonfinite=1, loss=loss)
-    if state.nonfinite_streak >= t.cfg.max_nonfinite_steps:
-        raise TrainingError(
-            f"the loss was not finite for {state.nonfinite_streak} steps in a row "
-            f"(up to step {state.step}); stopping. The last good checkpoint is "
-            f"{_latest(t.out)}; try a lower --lr or --precision fp32")
-    if save:
-        save_training(t)
-
-
 def _log_step(t: Training, log: MetricsLog, bar: ProgressBar, throughput: Throughput,
-              loss: float, lr: float, grad_norm: float, terms: dict[str, float]) -> None:
+              result: StepResult, skipped: SkippedSteps, lr: float) -> None:
+    """Read the step's figures back (the one wait for the device in most steps) and log them,
+    with the steps skipped since the last line."""
     tokens_per_second = throughput.take()
     mfu = tokens_per_second * t.flops_per_token / t.peak_flops
-    log.log("train", t.state.step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=t.state.tokens,
-            tokens_per_second=tokens_per_second, mfu=mfu,
-            **{f"{k}_loss": v for k, v in terms.items()})
+    names = sorted(result.terms)
+    loss, grad_norm, *terms = torch.stack(
+        [v.float() for v in (result.loss, result.grad_norm, *(result.terms[n] for n in names))]
+    ).tolist()
+    _settle(t, skipped)
+    extra = {"skipped_nonfinite": skipped.unlogged} if skipped.unlogged else {}
+    skipped.unlogged = 0
+    log.log("train", t.state.step, loss=loss, lr=lr, grad_norm=grad_norm,
+            tokens=t.state.tokens, tokens_per_second=tokens_per_second, mfu=mfu,
+            **{f"{n}_loss": v for n, v in zip(names, terms, strict=True)}, **extra)
     bar.update(t.state.step, loss=loss, lr=lr, tokens_per_second=tokens_per_second)
 
 
-def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> bool:
+def _settle(t: Training, skipped: SkippedSteps) -> None:
+    """Bring the skipped-step counters into the loop state (what a checkpoint holds), and stop
+    a run whose loss stayed non-finite too long."""
+    state = t.state
+    new, state.nonfinite_streak, longest = skipped.read()
+    state.nonfinite_steps += new
+    if longest >= t.cfg.max_nonfinite_steps:
+        raise TrainingError(
+            f"the loss was not finite for {longest} steps in a row (up to step "
+            f"{state.step}); stopping. The last good checkpoint is {_latest(t.out)}; try a "
+            f"lower --lr or --precision fp32")
+def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
+                       stopping: bool) -> bool:
     """Validate every `eval_every` steps and at the end; save on a new best, at the end, when
     stopping and every `checkpoint_every` steps. Returns whether to stop early: `patience`
     validations in a row without a new best."""
@@ -309,7 +279,12 @@ def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> bool:
     improved = early_stop = False
     deadline_due = t.deadline is not None and distributed.from_rank_0(
         t.deadline.validation_due(), t.env)
-    if state.step % cfg.eval_every == 0 or finished or deadline_due:
+    validating = state.step % cfg.eval_every == 0 or finished or deadline_due
+    saving = finished or stopping or state.step % cfg.checkpoint_every == 0
+    if not (validating or saving):
+        return False
+    _settle(t, skipped)
+    if validating:
         started = time.perf_counter()
         metrics = t.validate()
         if t.deadline is not None:
@@ -324,7 +299,7 @@ def _validate_and_save(t: Training, log: MetricsLog, stopping: bool) -> bool:
         if early_stop and t.env.is_main:
             print(f"\nstopping early at step {state.step}: no better validation in "
                   f"{cfg.patience} evaluations")
-    if improved or finished or stopping or early_stop or state.step % cfg.checkpoint_every == 0:
+    if improved or saving or early_stop:
         save_training(t)
     return early_stop
 

@@ -34,7 +34,6 @@ from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
     Training,
-    forward_loss,
     restore_loop_state,
     run_training,
 )
@@ -42,6 +41,7 @@ from lmlab.train.optim import make_optimizer
 from lmlab.train.precision import autocast, grad_scaler
 from lmlab.train.resume import BUDGETS, resumed_config, trained_steps
 from lmlab.train.schedule import Schedule
+from lmlab.train.step import forward_loss
 from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
 # A step's time over its timed forward and backward: optimizer, data and logging on top.

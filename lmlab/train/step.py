@@ -1,0 +1,123 @@
+"""One optimizer step's device work, queued without waiting on it: forward and backward over
+the micro-batches, gradient clipping, the non-finite guard and the update. Nothing here reads a
+value back to the host, so on a GPU the host goes on queueing the next step while this one
+runs; the loop reads losses and counters back at its log, validation and checkpoint steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lmlab.objectives.base import LossSum, to_device
+from lmlab.train import distributed
+from lmlab.train.precision import autocast
+
+
+@dataclass
+class StepResult:
+    """A step's figures, still on the device."""
+
+    loss: Tensor
+    terms: dict[str, Tensor]  # each loss term's mean
+    grad_norm: Tensor  # before clipping
+    skipped: Tensor  # 1.0 when the loss or the gradient norm was not finite: nothing changed
+
+
+def forward_loss(model, objective, compile_model: bool):
+    """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
+    projection + cross-entropy (lmlab/model/linear_cross_entropy.py), so full logits are never
+    materialised. With `compile_model` the model is compiled as one graph and the loss stays
+    eager: as fast as inductor's own fusion of projection and log-softmax (measured, bf16 on
+    2 cores), and it never holds the logits."""
+    forward = torch.compile(model) if compile_model else model
+
+    def run(batch) -> LossSum:
+        return objective.loss(forward(**batch.model_inputs(), unprojected=True), batch)
+
+    return run
+
+
+def train_step(model, compute_loss, objective, micro_batches, env, precision,
+               scaler) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward over a step's micro-batches; the loss is normalised by the
+    global target count of each term. Returns the step's loss and per-term losses."""
+    counts = {}
+    for batch in micro_batches:
+        for term, count in objective.target_counts(batch).items():
+            counts[term] = counts.get(term, 0) + count
+    counts = distributed.all_reduce_sum(
+        {k: to_device(torch.as_tensor(v), env.device) for k, v in counts.items()}, env)
+    counts = {k: v.float() for k, v in counts.items()}
+    step_loss = torch.zeros((), device=env.device)
+    term_losses: dict[str, Tensor] = {}
+    for index, batch in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        batch = batch.to(env.device)
+        with distributed.gradient_sync(model, enabled=last), autocast(precision, env.device):
+            loss = compute_loss(batch)
+            # DDP averages gradients over ranks; scaling by the world size turns
+            # that average into the sum over ranks of sum / global count.
+            scaled = loss.mean(counts) * env.world_size
+            (scaler.scale(scaled) if scaler else scaled).backward()
+        step_loss += loss.mean(counts).detach()
+        for term, (loss_sum, _) in loss.terms.items():
+            term_losses[term] = term_losses.get(term, 0) + loss_sum.detach() / counts[term]
+    reduced = distributed.all_reduce_sum({"loss": step_loss, **term_losses}, env)
+    return reduced.pop("loss"), reduced
+
+
+def clipped_grad_norm(model, optimizer, scaler, max_norm: float) -> Tensor:
+    """The gradients' global norm before clipping them to `max_norm` (of the unscaled
+    gradients under a loss scaler)."""
+    if scaler:
+        scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return norm.full_tensor() if distributed.is_sharded(model) else norm
+
+
+def guarded_update(optimizer, scaler, skip: Tensor) -> None:
+    """Update the weights unless `skip` (a 0-d bool tensor) is true, then clear gradients."""
+    if scaler:
+        # fp16: the scaler skips a step whose gradients overflowed (a non-finite loss has
+        # non-finite gradients) and lowers its scale.
+        scaler.step(optimizer)
+        scaler.update()
+    elif optimizer.defaults.get("fused"):
+        # Fused kernels read `found_inf` on the device, as a gradient scaler hands it to them,
+        # and leave weights, moments and step count untouched when it is 1.
+        optimizer.found_inf, optimizer.grad_scale = skip.float(), None
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf, optimizer.grad_scale
+    elif not bool(skip):  # another optimizer: the host has to look
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+class SkippedSteps:
+    """Steps skipped for a non-finite loss or gradient, counted on the device and read back
+    when the loop asks (log, validation and checkpoint steps)."""
+
+    def __init__(self, streak: int, device: torch.device) -> None:
+        self._new = torch.zeros((), device=device)
+        self._streak = torch.full((), float(streak), device=device)
+        self._longest = self._streak.clone()  # the longest streak since the last read
+        self.unlogged = 0  # read back, not yet in a log line
+
+    def add(self, skipped: Tensor) -> None:
+        self._new += skipped
+        self._streak = (self._streak + skipped) * skipped
+        self._longest = torch.maximum(self._longest, self._streak)
+
+    def read(self) -> tuple[int, int, int]:
+        """(steps skipped since the last read, the current streak, the longest streak since
+        the last read)."""
+        new, streak, longest = (int(v) for v in torch.stack(
+            [self._new, self._streak, self._longest]).tolist())
+        self._new.zero_()
+        self._longest = self._streak.clone()
+        self.unlogged += new
+        return new, streak, longest
