@@ -4,7 +4,9 @@ lmlab is measured twice: like for like (PyTorch's default matmul path and malloc
 and as `lmlab pretrain` runs by default (oneDNN fp32 linear layers on CPUs other than Intel's,
 malloc keeping freed memory: lmlab/train/allocator.py), whose gain is reported separately.
 MFU is against the device's own peak for the precision (lmlab.train.throughput), and the
-results name the machine they were measured on.
+results name the machine they were measured on. "Products alone" times nothing but a step's
+matrix products at their shapes on this machine (`floor_step_fn`): the pace no implementation
+can beat, and each one's share of it.
 
 Reference config (--shape reference): 4 layers, d_model 256, 4 heads, FFN 1024, sequence 128,
 batch 32, vocabulary 8192, 2 CPU threads. --shape gpt2-124m and bert-base are GPT-2 small
@@ -182,7 +184,51 @@ def nanogpt_step_fn(objective_name: str, compile_model: bool, shape: Shape,
     return step, None
 
 
-BUILDERS = {"lmlab": lmlab_step_fn, "hf": hf_step_fn, "nanogpt": nanogpt_step_fn}
+def floor_step_fn(objective_name: str, compile_model: bool, shape: Shape,
+                  device: torch.device):
+    """The step's matrix products alone, on random matrices: each linear layer's forward and
+    two backward products, attention's six batched products, and the vocabulary projection's
+    three on the share of rows the objective predicts. No implementation can train faster at
+    this machine's speed for these products: norms, activations, softmax, casts, the loss and
+    the optimizer all come on top (the heads' small layers are left out, so this floor is, if
+    anything, too fast)."""
+    from lmlab import SpecialTokens
+    from lmlab.objectives.registry import build_objective
+
+    cfg = model_config(objective_name, shape)
+    special = SpecialTokens.layout(shape.vocab, n_sentinels=100)
+    fraction = build_objective(objective_name, special).predicted_fraction(shape.batch,
+                                                                           shape.seq)
+    rows, d, heads = shape.batch * shape.seq, cfg.d_model, cfg.n_heads
+    linears = [(d, 3 * d), (d, d), (d, cfg.ffn_dim), (cfg.ffn_dim, d)] * cfg.n_layers
+    # (a's shape, b's shape, which of them is used transposed), as autograd lays them out
+    sizes = []
+    for m, k, n in [(rows, k, n) for k, n in linears] + [(round(rows * fraction), d,
+                                                          shape.vocab)]:
+        # y = x·Wᵀ (W stored n×k), dx = dy·W, dW = dyᵀ·x
+        sizes += [((m, k), (n, k), "b"), ((m, n), (n, k), ""), ((m, n), (m, k), "a")]
+    b, t, hd = shape.batch * heads, shape.seq, d // heads
+    # s = q·kᵀ, o = p·v; dp = do·vᵀ, dv = pᵀ·do, dq = ds·k, dk = dsᵀ·q
+    sizes += [((b, t, hd), (b, t, hd), "b"), ((b, t, t), (b, t, hd), ""),
+              ((b, t, hd), (b, t, hd), "b"), ((b, t, t), (b, t, hd), "a"),
+              ((b, t, t), (b, t, hd), ""), ((b, t, t), (b, t, hd), "a")] * cfg.n_layers
+    operands = {}  # made once per precision, outside the timed steps
+
+    def step(precision: str) -> None:
+        if precision not in operands:
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+            operands[precision] = [
+                [torch.randn(size, device=device, dtype=dtype).transpose(-1, -2)
+                 if side in transposed else torch.randn(size, device=device, dtype=dtype)
+                 for size, side in ((a, "a"), (b, "b"))] for a, b, transposed in sizes]
+        for a, b in operands[precision]:
+            torch.matmul(a, b)
+
+    return step, None
+
+
+BUILDERS = {"lmlab": lmlab_step_fn, "hf": hf_step_fn, "nanogpt": nanogpt_step_fn,
+            "floor": floor_step_fn}
 
 
 def measure_one(implementation: str, objective: str, setting: str, steps: int, warmup: int,
@@ -262,7 +308,7 @@ def main() -> None:
     for objective in args.objectives:
         for setting in args.settings:
             best: dict[str, dict] = {}
-            implementations = list(IMPLEMENTATIONS)
+            implementations = [*IMPLEMENTATIONS, ("floor", IMPLEMENTATIONS[0][1])]
             if args.nanogpt and objective == "clm":
                 implementations.append(("nanogpt", {**IMPLEMENTATIONS[0][1],
                                                     "NANOGPT_DIR": str(args.nanogpt)}))
@@ -284,6 +330,9 @@ def main() -> None:
                    "ratio": _ratio(best, "lmlab", "hf", "tokens_per_second"),
                    "ratio_cpu_time": _ratio(best, "lmlab", "hf", "tokens_per_cpu_second"),
                    "tuned_gain": _ratio(best, "lmlab+tuned", "lmlab", "tokens_per_second"),
+                   # the share of the matrix products' own pace each one keeps
+                   "lmlab_of_floor": _ratio(best, "lmlab", "floor", "tokens_per_second"),
+                   "hf_of_floor": _ratio(best, "hf", "floor", "tokens_per_second"),
                    **({"ratio_nanogpt": _ratio(best, "lmlab", "nanogpt", "tokens_per_second"),
                        "ratio_nanogpt_tuned": _ratio(best, "lmlab+tuned", "nanogpt",
                                                      "tokens_per_second")}
@@ -299,7 +348,9 @@ def main() -> None:
                   f"(x{row['tuned_gain']:.2f})  MFU {lmlab.get('mfu', float('nan')):.0%}  "
                   f"RSS lmlab {lmlab['peak_rss_mb']:.0f} MB / hf {best['hf']['peak_rss_mb']:.0f} MB"
                   f"  first step {lmlab['first_step_s']:.1f}s / hf "
-                  f"{best['hf']['first_step_s']:.1f}s"
+                  f"{best['hf']['first_step_s']:.1f}s  products alone "
+                  f"{best['floor']['tokens_per_second']:6.0f} tok/s (lmlab "
+                  f"{row['lmlab_of_floor']:.0%}, hf {row['hf_of_floor']:.0%})"
                   + (f"  nanoGPT {best['nanogpt']['tokens_per_second']:6.0f} tok/s (lmlab "
                      f"x{row['ratio_nanogpt']:.2f}, tuned x{row['ratio_nanogpt_tuned']:.2f})"
                      if "nanogpt" in best else ""), flush=True)
