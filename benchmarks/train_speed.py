@@ -98,9 +98,10 @@ def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    # MFU counts the vocabulary projection at the share of positions the objective predicts
-    # (15% for MLM), as `lmlab pretrain` does: never work the fused loss does not do.
-    return step, (cfg, objective.predicted_fraction(shape.batch, shape.seq))
+    # MFU counts the vocabulary projection and the last block past attention at the share
+    # of positions the objective predicts (15% for MLM), as `lmlab pretrain` does: never
+    # work lmlab does not do.
+    return step, (cfg, objective)
 
 
 def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
@@ -186,25 +187,28 @@ def nanogpt_step_fn(objective_name: str, compile_model: bool, shape: Shape,
 
 def floor_step_fn(objective_name: str, compile_model: bool, shape: Shape,
                   device: torch.device):
-    """The step's matrix products alone, on random matrices: each linear layer's forward and
-    two backward products, attention's six batched products, and the vocabulary projection's
-    three on the share of rows the objective predicts. No implementation can train faster at
-    this machine's speed for these products: norms, activations, softmax, casts, the loss and
-    the optimizer all come on top (the heads' small layers are left out, so this floor is, if
-    anything, too fast)."""
+    """lmlab's step's matrix products alone, on random matrices: each linear layer's forward
+    and two backward products, attention's six batched products, and the vocabulary
+    projection's three, on the rows lmlab runs them on (the projection, and the last block
+    past attention, at the share of rows the objective predicts). Nothing that does this work
+    trains faster at this machine's speed for these products: norms, activations, softmax,
+    casts, the loss and the optimizer all come on top (the heads' small layers are left out,
+    so this floor is, if anything, too fast)."""
     from lmlab import SpecialTokens
     from lmlab.objectives.registry import build_objective
 
     cfg = model_config(objective_name, shape)
     special = SpecialTokens.layout(shape.vocab, n_sentinels=100)
-    fraction = build_objective(objective_name, special).predicted_fraction(shape.batch,
-                                                                           shape.seq)
+    objective = build_objective(objective_name, special)
     rows, d, heads = shape.batch * shape.seq, cfg.d_model, cfg.n_heads
-    linears = [(d, 3 * d), (d, d), (d, cfg.ffn_dim), (cfg.ffn_dim, d)] * cfg.n_layers
+    predicted = round(rows * objective.predicted_fraction(shape.batch, shape.seq))
+    last_rows = round(rows * objective.last_block_fraction(shape.batch, shape.seq))
+    after_attention = [(d, d), (d, cfg.ffn_dim), (cfg.ffn_dim, d)]
+    products = ([(rows, d, 3 * d)] + [(rows, k, n) for k, n in after_attention]) * (
+        cfg.n_layers - 1) + [(rows, d, 3 * d)] + [(last_rows, k, n) for k, n in after_attention]
     # (a's shape, b's shape, which of them is used transposed), as autograd lays them out
     sizes = []
-    for m, k, n in [(rows, k, n) for k, n in linears] + [(round(rows * fraction), d,
-                                                          shape.vocab)]:
+    for m, k, n in products + [(predicted, d, shape.vocab)]:
         # y = x·Wᵀ (W stored n×k), dx = dy·W, dW = dyᵀ·x
         sizes += [((m, k), (n, k), "b"), ((m, n), (n, k), ""), ((m, n), (m, k), "a")]
     b, t, hd = shape.batch * heads, shape.seq, d // heads
@@ -267,14 +271,14 @@ def measure_one(implementation: str, objective: str, setting: str, steps: int, w
     if device.type == "cuda":
         result["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     if counted is not None:
-        from lmlab.train.throughput import device_peak_flops, flops_per_token
+        from lmlab.train.throughput import device_peak_flops, objective_flops_per_token
 
-        cfg, fraction = counted
+        cfg, objective = counted
         # the device's own peak for the precision: on a CPU, fp32 the better of MKL and
         # oneDNN, bf16 probed; on a GPU, its datasheet's dense peak
         peak = device_peak_flops(device, torch.bfloat16 if precision == "bf16" else torch.float32)
-        result["mfu"] = (result["tokens_per_second"] * flops_per_token(cfg, shape.seq, fraction)
-                         / peak)
+        result["mfu"] = (result["tokens_per_second"] / peak
+                         * objective_flops_per_token(cfg, shape.seq, objective, shape.batch))
         result["peak_flops"] = peak
     return result
 

@@ -1,6 +1,6 @@
 """Training FLOPs per token for every objective, counted by hand on a tiny config: the backbone
-is the same for all; only the share of positions that run the vocabulary projection differs,
-and each objective's share is checked against the batches it actually makes."""
+is the same for all but masked LM's last block; the share of positions that run the vocabulary
+projection differs, and each objective's share is checked against the batches it makes."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ from lmlab.objectives import SpecialTokens
 from lmlab.objectives.mixture import steps_per_part
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
-from lmlab.train.throughput import flops_per_token
+from lmlab.train.throughput import flops_per_token, objective_flops_per_token
 
 CFG = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)  # GELU MLP of 4·64 = 256
 T, ROWS = 128, 32
@@ -111,3 +111,13 @@ def test_a_random_share_is_the_batches_on_average(spec, options):
     batch = objective.make_batch(random_block(256), torch.Generator().manual_seed(1))
     with_target = (batch.targets != IGNORE_INDEX).float().mean().item()
     assert objective.predicted_fraction(256, T) == pytest.approx(with_target, abs=0.01)
+
+
+def test_masked_lm_runs_its_last_block_past_attention_at_the_masked_share_only():
+    # the last block's output projection and MLP: 6 × (64·64 + 2·64·256) = 221,184 a position
+    after_attention = 221_184
+    objective = build_objective("mlm", SPECIAL)
+    assert objective_flops_per_token(CFG, T, objective, ROWS) == pytest.approx(
+        BACKBONE - 0.85 * after_attention + 0.15 * VOCABULARY)
+    causal = build_objective("clm", SPECIAL)
+    assert objective_flops_per_token(CFG, T, causal, ROWS) == total("clm")

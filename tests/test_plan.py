@@ -19,7 +19,7 @@ from lmlab.data.dataset import open_dataset
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.train.commands import config_from_args
-from lmlab.train.throughput import flops_per_token
+from lmlab.train.throughput import flops_per_token, objective_flops_per_token
 
 FAST = dict(seq_len=32, batch_size=4, steps_to_time=1)
 WORDS = "the a quick slow brown fox dog cat jumps runs over under lazy old river bank".split()
@@ -61,11 +61,11 @@ def test_a_token_budget_table_and_its_pretrain_command(data):
     budget = training_tokens(data) * 3  # under four passes: no warning
     result = plan("mlm", tokens=budget, data=data, sizes="tiny,mini", **FAST)
     special = open_dataset(data).special
-    share = build_objective("mlm", special).predicted_fraction(4, 32)
+    objective = build_objective("mlm", special)
     assert [c.model for c in result.candidates] == ["bert-tiny", "bert-mini"]  # mlm → bert
     for c in result.candidates:
-        assert c.flops_per_token == flops_per_token(preset(c.model, special.vocab_size, 32), 32,
-                                                    share)
+        assert c.flops_per_token == objective_flops_per_token(
+            preset(c.model, special.vocab_size, 32), 32, objective, 4)
         assert 0 < c.non_embedding_parameters < c.parameters
         assert c.tokens == budget and c.fits and c.seconds_per_step > 0
         assert c.tokens_per_second == pytest.approx(4 * 32 / c.seconds_per_step)

@@ -49,8 +49,9 @@ def random_dataset():
 
 
 @pytest.mark.parametrize("objective, model", [
-    ("mlm", "bert-tiny"), ("mlm+nsp", "bert-tiny"), ("mntp", "gpt2-tiny"), ("clm", "gpt2-tiny"), ("prefix", "gpt2-tiny"),
-    ("span", "gpt2-tiny"), ("mix:clm=1,mlm=1", "gpt2-tiny"), ("alternate:clm,mlm@2", "gpt2-tiny")])
+    ("mlm", "bert-tiny"), ("mlm+nsp", "bert-tiny"), ("mntp", "gpt2-tiny"), ("clm", "gpt2-tiny"),
+    ("prefix", "gpt2-tiny"), ("span", "gpt2-tiny"), ("mix:clm=1,mlm=1", "gpt2-tiny"),
+    ("alternate:clm,mlm@2", "gpt2-tiny")])
 def test_a_steps_device_work_reads_nothing_back(tmp_path, monkeypatch, objective, model):
     reads = []
     device_step = loop.device_step

@@ -205,7 +205,7 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     """Every (objective, budget fraction, seed), with its steps under the matched budget."""
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
-    from lmlab.train.throughput import flops_per_token
+    from lmlab.train.throughput import objective_flops_per_token
 
     model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)
     tokens_per_step = cfg.batch_size * cfg.seq_len
@@ -213,7 +213,8 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     for spec in cfg.objectives:
         objective = build_objective(spec, dataset.special)
         share = objective.predicted_fraction(cfg.batch_size, cfg.seq_len)
-        per_step = flops_per_token(model, cfg.seq_len, share) * tokens_per_step
+        per_step = (objective_flops_per_token(model, cfg.seq_len, objective, cfg.batch_size)
+                    * tokens_per_step)
         for fraction in sorted(cfg.fractions):
             owed = fraction * cfg.amount
             steps = {"flops": owed / per_step if per_step else 0,

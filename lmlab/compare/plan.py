@@ -2,7 +2,7 @@
 
 Each candidate preset is built and timed for a few training steps of the objective on random
 tokens, as `lmlab pretrain` times a `--minutes` budget. Its row gives the parameters, training
-FLOPs per token (`flops_per_token` with the objective's own predicted share), the measured
+FLOPs per token (`objective_flops_per_token`: the objective's own predicted share), the measured
 speed, the tokens the budget reaches, and the loss the Chinchilla-style fit predicts for them
 (lmlab.compare.scaling: a guide between sizes, not a promise). The recommendation is the
 candidate that fits the budget and lies closest, in log parameters, to the fit's
@@ -31,7 +31,7 @@ from lmlab.train.budget import parse_count
 from lmlab.train.commands import check_before_data
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import auto_family, step_seconds
-from lmlab.train.throughput import flops_per_token
+from lmlab.train.throughput import objective_flops_per_token
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
 # repeated tokens are worth almost as much as new ones; beyond that their value fades.
@@ -182,8 +182,8 @@ def _measure(name: str, config: TrainConfig, objective: Objective, dataset: Data
     bar.set_description(f"timing {name}")
     model_cfg = preset(name, dataset.special.vocab_size, config.seq_len)
     model = LanguageModel(model_cfg, heads=objective.heads).to(device)
-    share = objective.predicted_fraction(config.batch_size, config.seq_len)
-    per_token = flops_per_token(model_cfg, config.seq_len, share)
+    per_token = objective_flops_per_token(model_cfg, config.seq_len, objective,
+                                          config.batch_size)
     seconds = _seconds_per_step(model, objective, dataset, config, steps_to_time, bar)
     tokens_per_step = config.batch_size * config.seq_len
     if budget.kind == "minutes":

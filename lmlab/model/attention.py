@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
-from lmlab.model.layers import apply_rotary
+from lmlab.model.layers import apply_rotary, gather_rows
 from lmlab.model.linear import Linear
 from lmlab.model.masks import MaskSpec
 
@@ -152,7 +152,9 @@ class SelfAttention(nn.Module):
         self.out = Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
-                cache: KVCache | None = None) -> Tensor:
+                cache: KVCache | None = None, keep: Tensor | None = None) -> Tensor:
+        """(B, T, d) → (B, T, d); with `keep` (flat positions) → (N, d) at those positions
+        only, after attention, which reads every position's keys and values."""
         batch, length, _ = x.shape
         # The heads of q, k and v side by side. Split, they are views strided exactly as a
         # permute of a (3, H) layout would give, so ungrouped attention pays nothing for this.
@@ -163,4 +165,4 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer_index, k, v)
         y = attend_under(q, k, v, mask, self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+        return self.out(gather_rows(y.transpose(1, 2).reshape(batch, length, -1), keep))

@@ -16,14 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
-from lmlab.model.layers import make_norm
+from lmlab.model.layers import gather_rows, make_norm
 from lmlab.model.linear import Linear
 from lmlab.model.linear_cross_entropy import linear_cross_entropy
-
-
-def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
-    """(B, T, d) → (N, d) at flat positions `at`, or unchanged when `at` is None."""
-    return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Small building blocks, each chosen by one config field: norms, MLPs, rotary positions."""
+"""Small building blocks, each chosen by one config field: norms, MLPs, rotary positions; and
+the row gather that heads and the last block share."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.model.linear import Linear
+
+
+def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
+    """(B, T, d) → (N, d) at flat positions `at`, or unchanged when `at` is None."""
+    return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:

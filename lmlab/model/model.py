@@ -53,19 +53,29 @@ class LanguageModel(nn.Module):
         sequence head) or None for every position; by default every head runs everywhere.
         Returns the hidden states under "hidden" and each head's logits under its name; with
         `unprojected`, vocabulary heads return `Unprojected` features for a fused loss
-        instead of logits.
+        instead of logits. When one token head alone runs, at chosen positions (MLM), the
+        backbone computes its last outputs there only, and "hidden" holds those rows (N, d).
         """
-        hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache)
         requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)
-        outputs = {"hidden": hidden}
-        for name, at in requests.items():
+        for name in requests:
             if name not in self.heads:
                 raise ValueError(f"this model has no {name!r} head (it has {list(self.heads)})")
-            head = self.heads[name]
+        keep = self._only_rows_read(requests)
+        hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache, keep)
+        outputs = {"hidden": hidden}
+        for name, at in requests.items():
+            head, at = self.heads[name], None if keep is not None else at
             outputs[name] = (head(hidden, at, unprojected=True)
                              if unprojected and isinstance(head, VocabularyHead)
                              else head(hidden, at))
         return outputs
+
+    def _only_rows_read(self, requests: Mapping[str, Tensor | None]) -> Tensor | None:
+        """The flat positions read, when a single token head reads chosen positions only."""
+        if len(requests) != 1:
+            return None
+        ((name, at),) = requests.items()
+        return at if at is not None and self.heads[name].kind == "token" else None
 
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())

@@ -8,7 +8,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache, SelfAttention
-from lmlab.model.layers import MLP, Rotary, make_norm
+from lmlab.model.layers import MLP, Rotary, gather_rows, make_norm
 from lmlab.model.masks import MaskSpec
 
 
@@ -23,12 +23,17 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None) -> Tensor:
+    def forward(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None,
+                keep: Tensor | None = None) -> Tensor:
+        """(B, T, d) → (B, T, d); with `keep` (flat positions), (N, d) at those positions:
+        everything after attention runs on them alone."""
         if self.pre_norm:  # GPT-2, LLaMA: normalise the branch input, keep the stream raw
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, rotary, cache))
+            x = gather_rows(x, keep) + self.dropout(
+                self.attn(self.attn_norm(x), mask, rotary, cache, keep))
             return x + self.dropout(self.mlp(self.mlp_norm(x)))
         # BERT: normalise the stream after each residual sum
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, rotary, cache)))
+        x = self.attn_norm(gather_rows(x, keep) + self.dropout(
+            self.attn(x, mask, rotary, cache, keep)))
         return self.mlp_norm(x + self.dropout(self.mlp(x)))
 
 
@@ -56,8 +61,12 @@ class Transformer(nn.Module):
         self.checkpoint_blocks = False
 
     def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
-                token_type_ids: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
-        """(B, T) ids → (B, T, d_model) hidden states."""
+                token_type_ids: Tensor | None = None, cache: KVCache | None = None,
+                keep: Tensor | None = None) -> Tensor:
+        """(B, T) ids → (B, T, d_model) hidden states; with `keep` (flat positions into B·T),
+        (N, d_model) at those positions only. The last block computes no other position's
+        output (its attention still reads every position): for MLM, 85% of that block's
+        projection and MLP products are never needed."""
         batch, length = input_ids.shape
         if positions is None:
             start = cache.length if cache is not None else 0
@@ -75,11 +84,13 @@ class Transformer(nn.Module):
         x = self.dropout(self.embedding_norm(x))
         rotary = self.rotary(positions) if self.rotary is not None else None
         recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
-        for block in self.blocks:
+        last = len(self.blocks) - 1
+        for index, block in enumerate(self.blocks):
+            rows = keep if index == last else None
             if recompute:
-                x = checkpoint(block, x, mask, rotary, cache, use_reentrant=False)
+                x = checkpoint(block, x, mask, rotary, cache, rows, use_reentrant=False)
             else:
-                x = block(x, mask, rotary, cache)
+                x = block(x, mask, rotary, cache, rows)
         if cache is not None:
             cache.advance(length)
         return self.final_norm(x)

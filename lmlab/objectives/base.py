@@ -327,6 +327,12 @@ class Objective:
         carries one. Each objective counts its own."""
         raise NotImplementedError
 
+    def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        """The expected share of positions at which the model's last block runs past its
+        attention: all, unless one token head alone reads chosen positions (LanguageModel
+        then computes those rows only)."""
+        return 1.0
+
 
 def next_token_targets(tokens: Tensor, segment_ids: Tensor) -> Tensor:
     """targets[i] = tokens[i+1] where i+1 lies in the same (non-padding) document."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -163,11 +165,17 @@ class Alternating(Objective):
                            total_steps)
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        """Each part's share weighted by its share of the run's steps; equal weights until
+        return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
+
+    def _by_steps(self, share: Callable[[Objective], float]) -> float:
+        """Each part's `share` weighted by its share of the run's steps; equal weights until
         the run's length is known (the limit of a long run)."""
         steps = ([1] * len(self.objectives) if self.total_steps is None
                  else steps_per_part(self.total_steps, self.every_steps, len(self.objectives)))
-        return sum(count / sum(steps) * o.predicted_fraction(rows, seq_len)
+        return sum(count / sum(steps) * share(o)
                    for o, count in zip(self.objectives, steps, strict=True))
 
     def index_at(self, step: int) -> int:

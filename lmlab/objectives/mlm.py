@@ -103,6 +103,10 @@ class MaskedLM(Objective):
         (never selected) are not discounted."""
         return self.rate.end if isinstance(self.rate, LinearRate) else self.rate
 
+    def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        """Its one head reads the masked positions alone: the last block runs there only."""
+        return self.predicted_fraction(rows, seq_len)
+
     def for_run(self, total_steps: int) -> MaskedLM:
         if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:
             return self

@@ -42,7 +42,7 @@ from lmlab.train.precision import autocast, grad_scaler
 from lmlab.train.resume import BUDGETS, resumed_config, trained_steps
 from lmlab.train.schedule import Schedule
 from lmlab.train.step import forward_loss
-from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
+from lmlab.train.throughput import all_ranks_peak_flops, objective_flops_per_token
 
 # A step's time over its timed forward and backward: optimizer, data and logging on top.
 STEP_OVERHEAD = 1.15
@@ -159,8 +159,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
                                   env, cfg.precision),
         headline=headline_loss, out=out, state=state,
-        flops_per_token=flops_per_token(model_cfg, cfg.seq_len,
-                                        objective.predicted_fraction(micro_size, cfg.seq_len)),
+        flops_per_token=objective_flops_per_token(model_cfg, cfg.seq_len, objective,
+                                                  micro_size),
         peak_flops=all_ranks_peak_flops(cfg.precision, env), deadline=deadline,
         title=f"{preset_name(cfg, objective)} pre-trained with {cfg.objective}")
     run_training(training)
