@@ -243,13 +243,14 @@ def _log_step(t: Training, log: MetricsLog, bar: ProgressBar, throughput: Throug
               result: StepResult, skipped: SkippedSteps, lr: float) -> None:
     """Read the step's figures back (the one wait for the device in most steps) and log them,
     with the steps skipped since the last line."""
-    tokens_per_second = throughput.take()
-    mfu = tokens_per_second * t.flops_per_token / t.peak_flops
     names = sorted(result.terms)
     loss, grad_norm, *terms = torch.stack(
         [v.float() for v in (result.loss, result.grad_norm, *(result.terms[n] for n in names))]
     ).tolist()
     _settle(t, skipped)
+    # timed once the device has caught up: from one read-back to the next
+    tokens_per_second = throughput.take()
+    mfu = tokens_per_second * t.flops_per_token / t.peak_flops
     extra = {"skipped_nonfinite": skipped.unlogged} if skipped.unlogged else {}
     skipped.unlogged = 0
     log.log("train", t.state.step, loss=loss, lr=lr, grad_norm=grad_norm,
