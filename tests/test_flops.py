@@ -121,3 +121,13 @@ def test_masked_lm_runs_its_last_block_past_attention_at_the_masked_share_only()
         BACKBONE - 0.85 * after_attention + 0.15 * VOCABULARY)
     causal = build_objective("clm", SPECIAL)
     assert objective_flops_per_token(CFG, T, causal, ROWS) == total("clm")
+
+
+def test_hybrids_count_the_last_block_where_the_model_runs_it():
+    masked = build_objective("mntp", SPECIAL).last_block_fraction(ROWS, T)
+    # one shared head: its positions are every causal row's and the masked rows' masked ones
+    shared = build_objective("mix:clm=1,mntp=3", SPECIAL)
+    assert shared.last_block_fraction(ROWS, T) == pytest.approx(0.25 + 0.75 * masked)
+    # two heads are asked for in every batch: the block runs everywhere
+    for spec in ("mix:clm=1,mlm=3", "alternate:clm,mlm@10"):
+        assert build_objective(spec, SPECIAL).last_block_fraction(ROWS, T) == 1.0

@@ -98,10 +98,20 @@ class Mixture(Objective):
         return Mixture([o.for_run(total_steps) for o in self.objectives], self.weights)
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        """Each part's share on the rows it gets: the weights as `rows_per_objective` rounds
+        return self._by_rows(rows, lambda o, count: o.predicted_fraction(count, seq_len))
+
+    def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        """With one head (GPT-BERT's clm + mntp), the parts' positions reach it as one set,
+        where the last block runs; with several, it runs everywhere."""
+        if len(self.heads) > 1:
+            return 1.0
+        return self._by_rows(rows, lambda o, count: o.last_block_fraction(count, seq_len))
+
+    def _by_rows(self, rows: int, share: Callable[[Objective, int], float]) -> float:
+        """Each part's `share` on the rows it gets: the weights as `rows_per_objective` rounds
         them, which for small micro-batches is not the weights themselves."""
         counts = rows_per_objective(rows, self.weights)
-        return sum(count / rows * o.predicted_fraction(count, seq_len)
+        return sum(count / rows * share(o, count)
                    for o, count in zip(self.objectives, counts, strict=True))
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
@@ -168,6 +178,10 @@ class Alternating(Objective):
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        """Every batch asks all heads (the idle ones at no position), so with several heads
+        the last block runs everywhere."""
+        if len(self.heads) > 1:
+            return 1.0
         return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
 
     def _by_steps(self, share: Callable[[Objective], float]) -> float:

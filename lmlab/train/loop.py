@@ -115,7 +115,8 @@ class RunStopped(KeyboardInterrupt):
 
 
 class StopRequest:
-    """SIGINT / SIGTERM end the run after the current step, with a checkpoint."""
+    """SIGINT / SIGTERM end the run after the current step (under torchrun, at the next log
+    step, where the ranks agree), with a checkpoint."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -138,7 +139,10 @@ def device_step(t: Training, compute_loss, micro_batches) -> StepResult:
     loss, terms = train_step(t.train_model, compute_loss, t.objective, micro_batches, t.env,
                              t.cfg.precision, t.scaler)
     grad_norm = clipped_grad_norm(t.model, t.optimizer, t.scaler, t.cfg.grad_clip)
-    skip = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+    finite = torch.isfinite(loss)
+    if t.scaler is None:  # under a loss scaler overflowing gradients are routine: it skips them
+        finite &= torch.isfinite(grad_norm)
+    skip = ~finite
     guarded_update(t.optimizer, t.scaler, skip)
     return StepResult(loss, terms, grad_norm, skip.float())
 
@@ -267,9 +271,11 @@ def _settle(t: Training, skipped: SkippedSteps) -> None:
     state.nonfinite_steps += new
     if longest >= t.cfg.max_nonfinite_steps:
         raise TrainingError(
-            f"the loss was not finite for {longest} steps in a row (up to step "
+            f"the loss was not finite for {longest} steps in a row (seen at step "
             f"{state.step}); stopping. The last good checkpoint is {_latest(t.out)}; try a "
             f"lower --lr or --precision fp32")
+
+
 def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
                        stopping: bool) -> bool:
     """Validate every `eval_every` steps and at the end; save on a new best, at the end, when

@@ -22,7 +22,7 @@ class StepResult:
     loss: Tensor
     terms: dict[str, Tensor]  # each loss term's mean
     grad_norm: Tensor  # before clipping
-    skipped: Tensor  # 1.0 when the loss or the gradient norm was not finite: nothing changed
+    skipped: Tensor  # 1.0 when the step was skipped as not finite: nothing changed
 
 
 def forward_loss(model, objective, compile_model: bool):
