@@ -11,6 +11,7 @@ from torch.overrides import TorchFunctionMode
 
 from lmlab import SpecialTokens
 from lmlab.data.dataset import in_memory_dataset
+from lmlab.model import linear_cross_entropy as fused
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import loop
 from lmlab.train import pretrain as pretraining
@@ -20,18 +21,29 @@ from lmlab.train.step import guarded_update
 from tests.synthetic_run import synthetic_dataset
 from tests.test_pretrain import config, inject_nan
 
-HOST_READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__"}
+# Reads of a value, and ops whose output size depends on values (on a GPU the host waits for
+# both): nonzero, and indexing by a boolean mask.
+HOST_READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "nonzero",
+              "masked_select", "unique"}
+
+
+def boolean_index(func, args) -> bool:
+    if getattr(func, "__name__", "") != "__getitem__" or len(args) < 2:
+        return False
+    index = args[1] if isinstance(args[1], tuple) else (args[1],)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
 
 
 class HostReads(TorchFunctionMode):
-    """Records every read of a tensor's value by the host (on a GPU, a wait for the device)."""
+    """Records everything that makes the host wait for a GPU: reading a tensor's value, and
+    ops whose output's size depends on values."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reads: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in HOST_READS:
+        if getattr(func, "__name__", "") in HOST_READS or boolean_index(func, args):
             self.reads.append(func.__name__)
         return func(*args, **(kwargs or {}))
 
@@ -63,6 +75,8 @@ def test_a_steps_device_work_reads_nothing_back(tmp_path, monkeypatch, objective
         return result
 
     monkeypatch.setattr(loop, "device_step", watched)
+    # as on a GPU: the fused loss does not look for the rows that carry a target
+    monkeypatch.setattr(fused, "_rows_with_targets", lambda targets: None)
     pretraining.pretrain(config(tmp_path, objective=objective, model=model, steps=3,
                                 micro_batch_size=4), random_dataset())
     assert reads == [[], [], []]

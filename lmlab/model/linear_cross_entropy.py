@@ -34,22 +34,25 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.dtypes = (features.dtype, weight.dtype, None if bias is None else bias.dtype)
         wants_grad = [grad_enabled and needs for needs in ctx.needs_input_grad[:3]]
         rows = features.shape[0]
-        kept = (targets != IGNORE_INDEX).nonzero().squeeze(1)
-        everything = len(kept) == rows
+        kept = _rows_with_targets(targets)
+        everything = kept is None or len(kept) == rows
         x = features.to(compute_dtype) if everything else features[kept].to(compute_dtype)
         targets = targets if everything else targets[kept]
         w = weight.to(compute_dtype)
         b = None if bias is None else bias.to(compute_dtype)[:, None]
-        losses = torch.zeros(len(kept), dtype=torch.float32, device=x.device)
+        losses = torch.zeros(len(targets), dtype=torch.float32, device=x.device)
         grad_x = torch.zeros_like(x) if wants_grad[0] else None
         grad_w = torch.zeros_like(w, dtype=torch.float32) if wants_grad[1] else None
         grad_b = torch.zeros_like(b, dtype=torch.float32) if b is not None and wants_grad[2] \
             else None
-        chunk = min(_chunk_rows(w.shape[0], x.device), max(1, len(kept)))
+        chunk = min(_chunk_rows(w.shape[0], x.device), max(1, len(targets)))
         work = _Workspace(w.shape, chunk, compute_dtype, x.device, grad_w is not None)
-        for start in range(0, len(kept), work.chunk):
+        for start in range(0, len(targets), work.chunk):
             x_chunk, target = x[start:start + work.chunk], targets[start:start + work.chunk]
             columns = torch.arange(len(target), device=x.device)
+            wanted = None if kept is not None else (target != IGNORE_INDEX).float()
+            if wanted is not None:  # rows kept in place: an ignored one scores class 0, × 0
+                target = target.clamp(min=0)
             # Logits transposed, (vocabulary, rows): W · xᵀ runs at full GEMM speed where
             # x · Wᵀ, with its short inner dimension, does not (CPU BLAS, measured).
             product = work.product(len(target))
@@ -62,11 +65,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             peak = logits.amax(0)
             probabilities = logits.sub_(peak).exp_()  # in place: logits are not needed again
             normaliser = probabilities.sum(0)
-            losses[start:start + len(target)] = peak + normaliser.log() - target_logits
+            chunk_losses = peak + normaliser.log() - target_logits
+            losses[start:start + len(target)] = (chunk_losses if wanted is None
+                                                 else chunk_losses * wanted)
             if not any(wants_grad):
                 continue
             grad_logits = probabilities.div_(normaliser)  # softmax − one-hot = d loss/d logits
             grad_logits[target, columns] -= 1
+            if wanted is not None:
+                grad_logits.mul_(wanted)
             if grad_b is not None:
                 grad_b += grad_logits.sum(1, keepdim=True)
             grad_logits = work.as_compute(grad_logits, product)
@@ -89,6 +96,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         scaled = [None if g is None else (g * grad_sum).to(dtype)
                   for g, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)]
         return *scaled, None, None, None
+
+
+def _rows_with_targets(targets: Tensor) -> Tensor | None:
+    """The rows that carry a target, to leave the others out of every product; None on
+    accelerators, where finding them would make the host wait for the device: there every
+    row runs and the ignored ones are zeroed."""
+    if targets.device.type != "cpu":
+        return None
+    return (targets != IGNORE_INDEX).nonzero().squeeze(1)
 
 
 def _chunk_rows(vocab: int, device: torch.device) -> int:

@@ -327,10 +327,16 @@ class Objective:
         carries one. Each objective counts its own."""
         raise NotImplementedError
 
+    # Whether its batches name their target positions in `predict_at`, so that the head, and
+    # with one head the model's last block past attention, run there only (LanguageModel).
+    predicts_at_targets = False
+
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """The expected share of positions at which the model's last block runs past its
-        attention: all, unless one token head alone reads chosen positions (LanguageModel
-        then computes those rows only)."""
+        attention: the predicted share when one head reads its target positions alone, else
+        all of them."""
+        if self.predicts_at_targets and len(self.heads) == 1:
+            return self.predicted_fraction(rows, seq_len)
         return 1.0
 
 

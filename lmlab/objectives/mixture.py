@@ -137,7 +137,7 @@ class Mixture(Objective):
             owner = torch.searchsorted(row_ends, at // length, right=True)
             for index, name in enumerate(self.part_names):
                 mine = owner == index
-                details[name][0] = details[name][0] + losses[mine].sum()
+                details[name][0] = details[name][0] + (losses * mine).sum()
                 details[name][1] = details[name][1] + (valid & mine).sum()
             pooled = [pooled[0] + loss_sum, pooled[1] + valid.sum()]
         return LossSum({self.name: tuple(pooled)},

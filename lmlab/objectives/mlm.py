@@ -59,6 +59,7 @@ class MaskedLM(Objective):
     """
 
     name = "mlm"
+    predicts_at_targets = True
 
     def __init__(self, special: SpecialTokens, rate: float | LinearRate = 0.15,
                  mask_prob: float = 0.8, random_prob: float = 0.1,
@@ -102,10 +103,6 @@ class MaskedLM(Objective):
         """The masking rate, for a schedule its value at the run's end; the few special tokens
         (never selected) are not discounted."""
         return self.rate.end if isinstance(self.rate, LinearRate) else self.rate
-
-    def last_block_fraction(self, rows: int, seq_len: int) -> float:
-        """Its one head reads the masked positions alone: the last block runs there only."""
-        return self.predicted_fraction(rows, seq_len)
 
     def for_run(self, total_steps: int) -> MaskedLM:
         if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:

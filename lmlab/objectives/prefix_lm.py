@@ -12,6 +12,7 @@ from lmlab.objectives.base import (
     Batch,
     Objective,
     SpecialTokens,
+    flat_positions,
     next_token_targets,
 )
 from lmlab.objectives.documents import attention_segments, block_pad_id, document_layout
@@ -31,6 +32,7 @@ class PrefixLM(Objective):
     """
 
     name = "prefix"
+    predicts_at_targets = True
     title = "prefix LM (prefix)"
     traits = Traits(attention="prefix", heads=("lm",), scoring="prefix", generation="prefix",
                     needs=("pad",))
@@ -66,5 +68,6 @@ class PrefixLM(Objective):
         return Batch(
             input_ids=tokens, mask=MaskSpec("prefix", prefix_len=prefix_len,
                                              segment_ids=attention_segments(segments)),
-            positions=positions, targets=targets, predict_at={"lm": None},
+            positions=positions, targets=targets,
+            predict_at={"lm": flat_positions(targets != IGNORE_INDEX)},
         )

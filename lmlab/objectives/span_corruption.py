@@ -21,6 +21,7 @@ from lmlab.objectives.base import (
     Batch,
     Objective,
     SpecialTokens,
+    flat_positions,
 )
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.traits import Traits
@@ -89,6 +90,7 @@ class SpanCorruption(Objective):
     """
 
     name = "span"
+    predicts_at_targets = True
     title = "span corruption (span)"
     traits = Traits(attention="prefix", heads=("lm",), scoring="span", generation="infill",
                     needs=("pad", "eos", SENTINELS))
@@ -134,5 +136,5 @@ class SpanCorruption(Objective):
         return Batch(
             input_ids=rows, mask=MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segments),
             positions=torch.arange(block_len).expand(batch, block_len), targets=targets,
-            predict_at={"lm": None},
+            predict_at={"lm": flat_positions(targets != IGNORE_INDEX)},
         )
