@@ -89,9 +89,8 @@ def optimizer_state(optimizer):
 @pytest.mark.parametrize("fused", [True, False])
 def test_a_skipped_update_changes_no_weight_and_no_optimizer_state(fused):
     model = torch.nn.Linear(4, 3)
-    optimizer = make_optimizer(model, lr=0.1)
-    if not fused:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    optimizer = (make_optimizer(model, lr=0.1) if fused
+                 else torch.optim.AdamW(model.parameters(), lr=0.1))
     for skip in (False, True):
         before = [p.detach().clone() for p in model.parameters()]
         moments = optimizer_state(optimizer)

@@ -255,8 +255,8 @@ def _log_step(t: Training, log: MetricsLog, bar: ProgressBar, throughput: Throug
     # timed once the device has caught up: from one read-back to the next
     tokens_per_second = throughput.take()
     mfu = tokens_per_second * t.flops_per_token / t.peak_flops
-    extra = {"skipped_nonfinite": skipped.unlogged} if skipped.unlogged else {}
-    skipped.unlogged = 0
+    unlogged = skipped.take_unlogged()
+    extra = {"skipped_nonfinite": unlogged} if unlogged else {}
     log.log("train", t.state.step, loss=loss, lr=lr, grad_norm=grad_norm,
             tokens=t.state.tokens, tokens_per_second=tokens_per_second, mfu=mfu,
             **{f"{n}_loss": v for n, v in zip(names, terms, strict=True)}, **extra)

@@ -105,7 +105,7 @@ class SkippedSteps:
         self._new = torch.zeros((), device=device)
         self._streak = torch.full((), float(streak), device=device)
         self._longest = self._streak.clone()  # the longest streak since the last read
-        self.unlogged = 0  # read back, not yet in a log line
+        self._unlogged = 0  # read back, not yet in a log line
 
     def add(self, skipped: Tensor) -> None:
         self._new += skipped
@@ -119,5 +119,10 @@ class SkippedSteps:
             [self._new, self._streak, self._longest]).tolist())
         self._new.zero_()
         self._longest = self._streak.clone()
-        self.unlogged += new
+        self._unlogged += new
         return new, streak, longest
+
+    def take_unlogged(self) -> int:
+        """Steps read back since the last call, for a log line."""
+        count, self._unlogged = self._unlogged, 0
+        return count
