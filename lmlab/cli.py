@@ -7,6 +7,7 @@ import signal
 import sys
 
 from lmlab.command_line import HelpFormatter, unknown_option_message
+from lmlab.commands.pretrain import add_pretrain_command
 from lmlab.compare.commands import add_compare_commands
 from lmlab.data.commands import add_prepare_command
 from lmlab.eval.commands import add_eval_command
@@ -14,7 +15,6 @@ from lmlab.export.commands import add_export_commands
 from lmlab.finetune.commands import add_finetune_commands
 from lmlab.infer.commands import add_infer_commands
 from lmlab.serve.commands import add_serve_command
-from lmlab.train.commands import add_pretrain_command
 
 # Errors that describe bad input or a run that cannot go on: one line, no traceback. Anything
 # else is a bug in lmlab and keeps its traceback. Named by module, as the command line imports

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 import tempfile
 import typing
 from dataclasses import MISSING
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from lmlab.documented import help_of
+from lmlab.train.config import flat_fields, parse_value, resolve_config
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -58,12 +60,26 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
                         help="auto (a GPU when there is one), cpu, cuda or cuda:N")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """RUN, which of its checkpoints, and the device: what every command reading a run takes."""
-    parser.add_argument("run_dir", type=Path, metavar="RUN",
-                        help="a run directory written by lmlab pretrain")
+# The runs a command reads → RUN's help, and what its `best` checkpoint is best at.
+RUN_KINDS = {
+    "pre-trained": ("a run directory written by lmlab pretrain or lmlab import",
+                    "lowest validation loss"),
+    "fine-tuned": ("a run directory written by lmlab finetune",
+                   "highest validation score on the task's main metric: accuracy, Pearson's r "
+                   "or F1"),
+    "any": ("a run directory written by lmlab pretrain, finetune or import",
+            "a pre-trained run's lowest validation loss, a fine-tuned run's highest validation "
+            "score on its task's main metric"),
+}
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, runs: str = "any") -> None:
+    """RUN, which of its checkpoints, and the device: what every command reading a run takes.
+    `runs` (a key of RUN_KINDS) says which runs the command reads."""
+    run_help, best = RUN_KINDS[runs]
+    parser.add_argument("run_dir", type=Path, metavar="RUN", help=run_help)
     parser.add_argument("--checkpoint", default="best",
-                        help="best (lowest validation loss), last, or a checkpoint's name")
+                        help=f"best ({best}), last, or a checkpoint's name")
     add_device_argument(parser)
 
 
@@ -105,6 +121,34 @@ def check_input_file(path: Path, option: str = "--file") -> None:
         raise ValueError(f"{path}: no such file")
 
 
+def read_texts(texts: list[str], file: Path | None) -> list[str]:
+    """The texts given as arguments, else the lines of `file`, else those of stdin; blank
+    lines are skipped. Read before a model is loaded, so that a bad file is reported at once."""
+    if texts and file is not None:
+        raise ValueError("give texts as arguments or with --file, not both")
+    if texts:
+        return list(texts)
+    if file is not None:
+        lines = _file_lines(file)
+    elif sys.stdin.isatty():
+        raise ValueError("no texts: give them as arguments, with --file or on stdin")
+    else:
+        lines = sys.stdin.read().splitlines()
+    found = [line for line in lines if line.strip()]
+    if not found:
+        raise ValueError(f"{file or 'stdin'} holds no text")
+    return found
+
+
+def _file_lines(path: Path) -> list[str]:
+    check_input_file(path)
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {error.start}); "
+                         "--file takes a text file, one text per line") from None
+
+
 def check_output_file(path: Path, example: str) -> None:
     """Refuse an output file that could not be written, before any work is spent on it. Its
     missing folders are made when it is written."""
@@ -118,3 +162,10 @@ def check_output_file(path: Path, example: str) -> None:
             pass
     except OSError as error:
         raise ValueError(f"{path} cannot be written: {error.strerror} in {folder}") from None
+
+
+def config_from_args(args: argparse.Namespace, config_class: type):
+    """The --config file, then the options given, as a `config_class`."""
+    overrides = {name: parse_value(name, getattr(args, name), config_class)
+                 for name in flat_fields(config_class) if getattr(args, name) is not None}
+    return resolve_config(args.config, overrides, config_class)

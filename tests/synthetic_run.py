@@ -9,10 +9,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lmlab.command_line import config_from_args  # noqa: E402
+from lmlab.commands.pretrain import add_pretrain_options  # noqa: E402
 from lmlab.data.dataset import in_memory_dataset  # noqa: E402
 from lmlab.data.synthetic import MarkovChain  # noqa: E402
 from lmlab.objectives import SpecialTokens  # noqa: E402
-from lmlab.train.commands import add_pretrain_options, config_from_args  # noqa: E402
+from lmlab.train.config import TrainConfig  # noqa: E402
 from lmlab.train.loop import RunStopped  # noqa: E402
 from lmlab.train.pretrain import pretrain  # noqa: E402
 
@@ -33,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     add_pretrain_options(parser)
     try:
-        pretrain(config_from_args(parser.parse_args()), synthetic_dataset()[1])
+        pretrain(config_from_args(parser.parse_args(), TrainConfig), synthetic_dataset()[1])
     except RunStopped as stopped:  # as the command line exits
         sys.exit(128 + stopped.signum)
 

@@ -11,6 +11,7 @@ import torch
 
 import lmlab
 from lmlab.cli import build_parser, main
+from lmlab.command_line import config_from_args
 from lmlab.compare import plan as planning
 from lmlab.compare.plan import plan
 from lmlab.compare.plan_table import format_plan
@@ -18,7 +19,7 @@ from lmlab.compare.scaling import CHINCHILLA
 from lmlab.data.dataset import open_dataset
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
-from lmlab.train.commands import config_from_args
+from lmlab.train.config import TrainConfig
 from lmlab.train.throughput import flops_per_token, objective_flops_per_token
 
 FAST = dict(seq_len=32, batch_size=4, steps_to_time=1)
@@ -80,7 +81,7 @@ def test_a_token_budget_table_and_its_pretrain_command(data):
     assert result.recommended == closest.model and result.warnings == []
     words = result.command.split()
     assert words[:2] == ["lmlab", "pretrain"]
-    config = config_from_args(build_parser().parse_args(words[1:]))
+    config = config_from_args(build_parser().parse_args(words[1:]), TrainConfig)
     assert (config.objective, config.model, config.tokens, config.seq_len, config.batch_size,
             config.data) == ("mlm", closest.model, str(budget), 32, 4, data)
     table = format_plan(result)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lmlab.cli import main
+from lmlab.commands.pretrain_summary import summary, unigram_loss
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.prepare import prepare
 from lmlab.eval.texts import file_text
@@ -22,7 +23,6 @@ from lmlab.runs import load_run
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 from lmlab.train.pretrain import pretrain
-from lmlab.train.summary import summary, unigram_loss
 from tests.hf_runs import pretrained_run
 
 TEXT = "the cat sat on the mat. the dog sat on the log. " * 3
@@ -109,3 +109,44 @@ def test_a_time_budget_validates_often_and_ends_with_what_was_learned(tmp_path):
     assert "validation loss (masked tokens)" in lines
     assert f"a model of token frequencies alone: {baseline:.2f} nats" in lines
     assert "lmlab pretrain --objective mlm" in lines
+
+
+@pytest.fixture(scope="module")
+def short_context_runs(tmp_path_factory):
+    """Masked, hybrid and alternating runs with a 16-token context, on in-memory data."""
+    rng = np.random.default_rng(1)
+    special = SpecialTokens.layout(80, n_sentinels=10)
+    documents = [rng.integers(20, 80, 40) for _ in range(60)]
+    dataset = in_memory_dataset(documents[:50], documents[50:], special)
+    root = tmp_path_factory.mktemp("short")
+    runs = {}
+    for objective in ("mlm", "mix:clm=1,mlm=15", "alternate:span,prefix@1"):
+        config = TrainConfig(objective=objective, model="bert-tiny", seq_len=16, batch_size=4,
+                             steps=2, out=str(root / objective.replace(":", "-")))
+        runs[objective] = (pretrain(config, dataset), config)
+    return dataset, runs
+
+
+@pytest.mark.parametrize("objective", ["mlm", "mix:clm=1,mlm=15", "alternate:span,prefix@1"])
+def test_the_summary_example_is_held_out_text_within_the_context(short_context_runs, objective):
+    dataset, runs = short_context_runs
+    out, config = runs[objective]
+    lines = summary(out, dataset, config)
+    assert "could not be shown" not in lines
+    example = "fill-mask on held-out text" if "mlm" in objective else "continuation of held-out"
+    assert example in lines
+
+
+def test_an_example_that_fails_is_one_line_and_the_summary_goes_on(short_context_runs,
+                                                                  monkeypatch):
+    import lmlab.commands.pretrain_summary as pretrain_summary
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no candidates\nsecond line")
+
+    monkeypatch.setattr(pretrain_summary, "fill_mask", broken)
+    dataset, runs = short_context_runs
+    out, config = runs["mlm"]
+    lines = summary(out, dataset, config).splitlines()
+    assert "  (the example could not be shown: no candidates)" in lines
+    assert lines[-1].startswith("  lmlab pretrain --objective mlm")

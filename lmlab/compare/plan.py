@@ -28,8 +28,7 @@ from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import FAMILIES, SIZES, preset
 from lmlab.train.budget import parse_count
-from lmlab.train.commands import check_before_data
-from lmlab.train.config import TrainConfig
+from lmlab.train.config import TrainConfig, check_before_data
 from lmlab.train.pretrain import auto_family, step_seconds
 from lmlab.train.throughput import objective_flops_per_token
 

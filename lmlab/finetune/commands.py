@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from lmlab.command_line import (
@@ -12,9 +11,10 @@ from lmlab.command_line import (
     add_config_options,
     add_run_arguments,
     check_input_file,
+    config_from_args,
+    read_texts,
 )
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.train.commands import config_from_args
 from lmlab.train.config import field_specs
 
 
@@ -26,18 +26,22 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
                     "qa or ner data; the best checkpoint by the task's main metric is kept and "
                     "scored on --test. Options override a --config file.")
     parser.add_argument("run_dir", type=Path, metavar="RUN",
-                        help="a run directory written by lmlab pretrain")
+                        help="a run directory written by lmlab pretrain or lmlab import")
     parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
     add_config_options(parser, field_specs(FinetuneConfig))
 
     parser = add_command(
         commands, "predict", help="predict with a fine-tuned run", handler=predict_command,
         description="Labels, numbers, answers or entities for texts given as arguments, in "
-                    "--file (the task's format) or on stdin, one per line. A pair of texts, "
-                    "or a question and its context, is written 'A ||| B'.")
-    add_run_arguments(parser)
+                    "--file or on stdin, one per line, or for the examples of a --file in the "
+                    "task's format. A pair of texts, or a question and its context, is written "
+                    "'A ||| B'.")
+    add_run_arguments(parser, "fine-tuned")
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="texts to predict for")
-    parser.add_argument("--file", type=Path, help="a file in the task's format")
+    parser.add_argument("--file", type=Path,
+                        help="a file in the task's format (a table: .tsv, .csv, .jsonl or "
+                             "tab-separated; SQuAD JSON; CoNLL columns) or of plain text, one "
+                             "text per line")
     parser.add_argument("--json", action="store_true", help="one JSON object per input")
     parser.add_argument("--all-scores", action="store_true",
                         help="every label's score, not only the best label's")
@@ -53,16 +57,16 @@ def finetune_command(args: argparse.Namespace) -> int:
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    from lmlab.finetune.predict import predict
+    from lmlab.finetune.predict import fine_tuned_task, predict
     from lmlab.runs.run import load_run
 
     if args.file is not None:
         check_input_file(args.file)
     run = load_run(args.run_dir, args.checkpoint, args.device)
-    texts = args.texts
-    if args.file is None and not texts:
-        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    found = predict(run, texts if args.file is None else None, args.file, args.all_scores,
+    task_file = (args.file is not None and not args.texts
+                 and fine_tuned_task(run)[0].in_task_format(args.file))
+    texts = None if task_file else read_texts(args.texts, args.file)
+    found = predict(run, texts, args.file if task_file else None, args.all_scores,
                     args.batch_size)
     for item in found:
         print(json.dumps(item) if args.json else one_line(item))

@@ -207,3 +207,15 @@ def resolve_config(file: Path | None = None, overrides: dict | None = None,
         check_field(name, config_class)
     values.update(overrides or {})
     return build_config(values, config_class)
+
+
+def check_before_data(config: TrainConfig) -> None:
+    """Catch a bad objective or preset before minutes are spent preparing data (imported here:
+    parsing a config loads no torch)."""
+    from lmlab.objectives.base import SpecialTokens
+    from lmlab.objectives.registry import build_objective
+    from lmlab.presets import preset
+
+    build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
+    if config.model != "auto":
+        preset(config.model, vocab_size=1024)

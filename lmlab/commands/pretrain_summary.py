@@ -1,0 +1,167 @@
+"""The lines a pre-training run ends with: what the model learned, measured against a model
+that knows only how often each token occurs and shown on the run's own held-out text, and what
+to run next. A report, not part of training: nothing in it can turn a finished run into a
+failed one."""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.data.dataset import Dataset
+from lmlab.infer.fill_mask import fill_mask
+from lmlab.infer.generate import generate
+from lmlab.infer.inputs import MASK_TEXT
+from lmlab.infer.threads import threads_for
+from lmlab.report.plots import loss_name
+from lmlab.runs import Run, load_run
+from lmlab.train.config import TrainConfig
+from lmlab.train.metrics import read_metrics
+
+PASSAGE_TOKENS = 24  # of held-out text shown to a masked model, at most
+PROMPT_TOKENS = 8  # of held-out text a generating model continues, at most
+CONTINUATION_TOKENS = 12
+SEARCHED_TOKENS = 4096  # of the validation split, for a passage long enough to show
+
+
+def unigram_loss(dataset: Dataset) -> float:
+    """Cross-entropy in nats of the validation split's ordinary tokens under the training
+    split's token frequencies (add-one smoothed): the loss of a model that has learned the
+    frequencies and nothing of context."""
+    special = np.asarray(dataset.special.all_ids)
+    train = dataset.train.read(0, dataset.train.num_tokens)
+    counts = np.bincount(train, minlength=dataset.special.vocab_size).astype(np.float64) + 1
+    counts[special] = 0
+    validation = dataset.validation.read(0, dataset.validation.num_tokens)
+    validation = validation[~np.isin(validation, special)]
+    return float(-np.log(counts[validation] / counts.sum()).mean())
+
+
+def _loss_lines(out: Path, dataset: Dataset) -> list[str]:
+    evals = [r for r in read_metrics(out) if r.get("kind") == "eval"]
+    losses = {key: value for key, value in (evals[-1] if evals else {}).items()
+              if key.endswith("_loss") and not key.endswith("nsp_loss")}
+    if not losses:
+        return []
+    baseline = unigram_loss(dataset)
+    lines = [f"  {loss_name(key)}: {value:.2f} nats (perplexity {math.exp(min(value, 50)):,.0f})"
+             for key, value in losses.items()]
+    verdict = ("below it: the model uses the context" if min(losses.values()) < baseline else
+               "not below it yet: the model has learned little beyond which tokens are common")
+    return [*lines, f"  a model of token frequencies alone: {baseline:.2f} nats (perplexity "
+                    f"{math.exp(min(baseline, 50)):,.0f}); {verdict}"]
+
+
+def held_out_passage(dataset: Dataset, length: int) -> list[int]:
+    """Up to `length` ordinary tokens of the first held-out document long enough to show
+    (else the longest one seen): the run's own kind of text, never seen in training."""
+    tokens = dataset.validation.read(0, min(SEARCHED_TOKENS, dataset.validation.num_tokens))
+    pieces = np.split(tokens, np.flatnonzero(np.isin(tokens, dataset.special.all_ids)))
+    pieces = [piece[np.isin(piece, dataset.special.all_ids, invert=True)] for piece in pieces]
+    passage = next((p for p in pieces if len(p) >= length), max(pieces, key=len, default=[]))
+    return [int(token) for token in passage[:length]]
+
+
+def masked_position(ids: list[int], dataset: Dataset) -> int:
+    """The token nearest the passage's middle that is a whole word (it starts a word, and so
+    does the token after it), so the example asks for a word, not a piece of one."""
+    def starts_word(i: int) -> bool:
+        return i >= len(ids) or dataset.word_starts is None or bool(dataset.word_starts[ids[i]])
+
+    words = [i for i in range(1, len(ids)) if starts_word(i) and starts_word(i + 1)]
+    return min(words or [len(ids) // 2], key=lambda i: abs(i - len(ids) // 2))
+
+
+def _shown(run: Run, ids: list[int]) -> str:
+    if run.tokenizer is None:
+        return " ".join(map(str, ids))
+    return run.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _with_mask(run: Run, ids: list[int], where: int) -> str:
+    """The passage with its token at `where` shown as [MASK], keeping the space that
+    byte-level BPE carries inside the hidden token (" the"), which a decoded mask loses."""
+    if run.tokenizer is None:
+        return _shown(run, [*ids[:where], run.special.mask, *ids[where + 1:]])
+    before, hidden = _shown(run, ids[:where]), _shown(run, [ids[where]])
+    space = " " if hidden[:1].isspace() or not before.endswith(" ") else ""
+    after = _shown(run, ids[where + 1:])
+    return f"{before}{space}{MASK_TEXT}{'' if after[:1].isspace() else ' '}{after}"
+
+
+def _fill_mask_lines(run: Run, dataset: Dataset) -> list[str]:
+    # room for the framing tokens ([CLS] … [SEP], or … [EOS]) inside the context
+    ids = held_out_passage(dataset, min(PASSAGE_TOKENS, run.max_seq_len - 2))
+    if len(ids) < 2:
+        return ["  (no held-out passage long enough to show fill-mask on)"]
+    where = masked_position(ids, dataset)
+    (candidates,) = fill_mask(run, [[*ids[:where], run.special.mask, *ids[where + 1:]]],
+                              top_k=5)[0]
+    ranked = "  ".join(f"{c.token.strip() or repr(c.token)} ({c.probability:.2f})"
+                       for c in candidates)
+    return [f"  fill-mask on held-out text {_with_mask(run, ids, where)!r}",
+            f"    hidden: {_shown(run, [ids[where]]).strip()!r}; the model's guesses: {ranked}"]
+
+
+def _continuation_lines(run: Run, dataset: Dataset) -> list[str]:
+    # span corruption's prompt takes three more tokens: a gap's sentinel, [EOS], a sentinel
+    prompt = held_out_passage(dataset, min(PROMPT_TOKENS, run.max_seq_len // 2 - 3))
+    if not prompt:
+        return ["  (no held-out passage long enough to continue)"]
+    new_tokens = max(1, min(CONTINUATION_TOKENS, run.max_seq_len - len(prompt) - 3))
+    result = generate(run, prompt, new_tokens, greedy=True)
+    # infilling fills the gap left at the prompt's end: that fill is the continuation
+    continuation = result.fills[-1] if result.fills else str(result)
+    return [f"  continuation of held-out {_shown(run, prompt)!r}: {continuation!r}"]
+
+
+def _example(out: Path, dataset: Dataset) -> tuple[list[str], str]:
+    """Fill-mask for a model that can, else a greedy continuation for one that generates;
+    and the command to try the model on one's own text."""
+    run_arg = shlex.quote(str(out))
+    with threads_for(1):
+        run = load_run(out, special=dataset.special)  # ids-only runs: the data's specials
+        objective = run.objective
+        if objective.fill_mask_head is not None and objective.fill_mask_head[0] in run.model.heads:
+            return (_fill_mask_lines(run, dataset),
+                    f"lmlab fill-mask {run_arg} \"Your sentence with a [MASK].\"")
+        if objective.can_generate:
+            return _continuation_lines(run, dataset), f"lmlab generate {run_arg} \"Your prompt\""
+        return [], f"lmlab embed {run_arg} \"Your sentence.\""
+
+
+def _example_or_why_not(out: Path, dataset: Dataset) -> tuple[list[str], str]:
+    try:
+        return _example(out, dataset)
+    except Exception as error:  # a report: whatever it hits, the run it reports on succeeded
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return ([f"  (the example could not be shown: {reason})"],
+                f"lmlab eval {shlex.quote(str(out))} --data DATASET_OR_TEXT_FILES")
+
+
+def print_summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> None:
+    """What `lmlab pretrain` prints last: once, by rank 0 under torchrun."""
+    if os.environ.get("RANK", "0") == "0":
+        print(summary(out, dataset, cfg))
+        sys.stdout.flush()
+
+
+def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
+    example, try_it = _example_or_why_not(out, dataset)
+    try:
+        losses = _loss_lines(out, dataset)
+    except Exception as error:  # as above: a report never fails the run
+        losses = [f"  (the held-out losses could not be read: {error})"]
+    run_arg = shlex.quote(str(out))
+    data = f" --data {shlex.quote(cfg.data)}" if cfg.data else ""
+    return "\n".join([
+        f"run saved in {out}; at its end, on held-out text:", *losses,
+        *example, f"curves: {out / 'curves.png'}",
+        "next:", f"  {try_it}", f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
+        f"  lmlab pretrain --objective {shlex.quote(cfg.objective)}{data} --out {run_arg} "
+        "--minutes 30 --overwrite   (longer runs learn more)"])
