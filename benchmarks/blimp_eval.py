@@ -1,7 +1,7 @@
 """BLiMP minimal-pair accuracy and held-out (pseudo-)perplexity of a masked and a causal run.
 
     python benchmarks/blimp_eval.py --mlm RUNS/mlm --clm RUNS/clm --data DATASET \
-        [--blimp /work/shared/data/blimp] [--pairs-per-file 200] [--max-tokens 20000]
+        [--blimp ../shared/data/blimp] [--pairs-per-file 200] [--max-tokens 20000]
 
 Both runs score the same first N pairs of every BLiMP file (pseudo-log-likelihood costs one
 forward row per token, which makes the masked model's full 67,000 pairs long on a CPU); the
@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from record import ROOT, machine, write_results
 
 import lmlab
 from lmlab import load
 from lmlab.eval.evaluate import evaluation_text, scoring_rule
-from lmlab.eval.report import format_report, write_json
+from lmlab.eval.report import format_report
 from lmlab.model import MaskSpec
 
 RESULTS = Path(__file__).parent / "results" / "blimp_eval.json"
@@ -84,15 +84,15 @@ def main() -> None:
     parser.add_argument("--mlm", required=True)
     parser.add_argument("--clm", required=True)
     parser.add_argument("--data", required=True, help="the prepared dataset both runs used")
-    parser.add_argument("--blimp", default="/work/shared/data/blimp")
+    parser.add_argument("--blimp", default=str(ROOT.parent / "shared" / "data" / "blimp"))
     parser.add_argument("--pairs-per-file", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=20000)
     parser.add_argument("--baseline-tokens", type=int, default=300)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    report = {"settings": {**vars(args), "out": str(args.out),
-                           "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count()}}
+    report = {"machine": machine(threads=torch.get_num_threads()),
+              "settings": {**vars(args), "out": str(args.out)}}
     with tempfile.TemporaryDirectory() as folder:
         subset = first_pairs(Path(args.blimp), args.pairs_per_file, Path(folder))
         for name in ("mlm", "clm"):
@@ -127,7 +127,7 @@ def main() -> None:
     summary["pseudo_over_causal_speed"] = (summary["mlm"]["text_tokens_per_second"]
                                            / summary["clm"]["text_tokens_per_second"])
     report["summary"] = summary
-    write_json(report, args.out)
+    write_results(args.out, report)
     print(json.dumps(summary, indent=2))
 
 

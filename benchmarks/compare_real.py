@@ -8,19 +8,22 @@ SST-2, SICK (entailment) and WNUT-17 and minimal pairs from BLiMP, within a CPU 
 Every step is an `lmlab` command. The corpora are prepared with an 8,192-token vocabulary;
 SST-2's training file is cut to its first --train-rows rows and its dev set is the test (its
 test labels are hidden); SICK uses its own TRAIN/TRIAL/TEST split; BLiMP is cut to the first
---pairs-per-phenomenon pairs of each of its 67 phenomena. Copies the report's JSON and PNGs to
-benchmarks/results/compare_real/.
+--pairs-per-phenomenon pairs of each of its 67 phenomena. Copies the report's JSON, page and
+PNGs to benchmarks/results/compare_real/, their paths written as benchmarks/record.py writes
+them (the --work folder as $WORK).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from record import ROOT, portable_text, write_results
+
 RESULTS = Path(__file__).parent / "results" / "compare_real"
 
 
@@ -87,9 +90,13 @@ def main() -> None:
         words += ["--probe", probe]
     lmlab(*words)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for name in ("comparison.json", "report.html", "curves.png", "differences.png",
-                 "phenomena.png", "probes.png"):
-        shutil.copy(args.work / "lab" / name, RESULTS / name)
+    lab = args.work / "lab"
+    record = json.loads((lab / "comparison.json").read_text())  # names its machine itself
+    write_results(RESULTS / "comparison.json", record, args.work)
+    page = portable_text((lab / "report.html").read_text(), args.work)
+    (RESULTS / "report.html").write_text(page, encoding="utf-8")
+    for png in lab.glob("*.png"):
+        shutil.copy(png, RESULTS / png.name)
     print(f"copied the report to {RESULTS}")
 
 

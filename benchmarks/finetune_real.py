@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from record import ROOT, machine, write_results
+
 RESULTS = Path(__file__).parent / "results" / "finetune_real.json"
 OBJECTIVES = {"mlm": "bert-mini", "clm": "gpt2-mini"}
 
@@ -98,8 +99,8 @@ def main() -> None:
               "wordpiece", "--vocab-size", 16384)
     budget = (["--steps", args.pretrain_steps] if args.pretrain_steps else
               ["--minutes", args.pretrain_minutes])
-    results = {"pretrain_budget": " ".join(map(str, budget)), "train_rows": args.train_rows,
-               "epochs": args.epochs, "runs": {}}
+    results = {"machine": machine(), "pretrain_budget": " ".join(map(str, budget)),
+               "train_rows": args.train_rows, "epochs": args.epochs, "runs": {}}
     if RESULTS.is_file():  # keep what earlier invocations measured, and do not redo it
         results["runs"] = json.loads(RESULTS.read_text()).get("runs", {})
     runs = dict(named.split("=", 1) for named in args.run)
@@ -119,7 +120,7 @@ def main() -> None:
             found = json.loads((out / "results.json").read_text())
             found["seconds"] = round(time.perf_counter() - start, 1)
             results["runs"][f"{name}/{task}"] = found
-            RESULTS.write_text(json.dumps(results, indent=2))
+            write_results(RESULTS, results, args.work)
     print(json.dumps({k: v.get("test") for k, v in results["runs"].items()}, indent=2))
 
 

@@ -58,7 +58,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -68,8 +67,7 @@ import time
 from pathlib import Path
 
 import torch
-
-from lmlab.atomic import write_text_atomic
+from record import machine, write_results
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/sst2"
 VOCAB, MAX_LEN, BATCH, PREDICT_BATCH = 8192, 128, 32, 64
@@ -467,12 +465,10 @@ def main() -> None:
               "batch_size": BATCH, "precision": "fp32", "steps": args.steps,
               "epochs": epochs, "warmup_steps_excluded": args.warmup_steps,
               "repeats": args.repeats, "threads": args.threads, **prepared,
-              "torch": torch.__version__, "transformers": transformers.__version__,
-              "machine": platform.machine(), "cpus": os.cpu_count(), **summary,
+              "transformers": transformers.__version__, "machine": machine(), **summary,
               "runs": results}
     report.pop("run")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out, json.dumps(report, indent=2))
+    write_results(args.out, report, work)
 
 
 if __name__ == "__main__":

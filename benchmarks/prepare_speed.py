@@ -1,6 +1,6 @@
 """Speed and memory of `lmlab prepare` and the reading side, against baselines run here.
 
-Corpus: the State of the Union addresses and the Brown corpus (/work/shared/data/corpora,
+Corpus: the State of the Union addresses and the Brown corpus (shared/data/corpora,
 16.7 MB of text), grown to 50 MB. Plain repeats would be removed by deduplication, and a
 copy number in front of each document would still leave near-duplicates, so copy 1, 2, ...
 re-deals the corpus's sentences (seeded shuffle) into new documents with the originals'
@@ -37,8 +37,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from record import SHARED, machine, write_results
 
-CORPORA = Path("/work/shared/data/corpora")
+CORPORA = SHARED / "data" / "corpora"
 RESULTS = Path(__file__).with_name("results") / "prepare_speed.json"
 
 
@@ -203,7 +204,7 @@ def main() -> None:
         return
     scale = 0.2 if options.quick else 1.0
     work = Path(tempfile.mkdtemp(prefix="prepare-speed-"))
-    results: dict = {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+    results: dict = {"machine": machine(), "load_average_at_start": os.getloadavg()}
     results["load_average_at_end"] = None
     try:
         big = write_corpus(work / "big.jsonl", int(50e6 * scale))
@@ -273,8 +274,7 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     results["load_average_at_end"] = os.getloadavg()
     if not options.quick:
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        write_results(RESULTS, results, work)
         print(f"written to {RESULTS}")
 
 

@@ -19,7 +19,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -30,9 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
+from record import machine, write_results
 
-from lmlab.atomic import write_text_atomic
 from lmlab.infer.generate import stream
 from lmlab.infer.threads import threads_for
 from lmlab.runs import load_run
@@ -137,11 +135,9 @@ def main() -> None:
           f"tokens/s {ratios['tokens_per_second']:.2f}")
     report = {"run": str(args.run or "toy gpt2-mini clm"), "prompt": PROMPT,
               "new_tokens": NEW_TOKENS, "settings": SETTINGS, "threads": 1,
-              "repeats": args.repeats, "torch": torch.__version__,
-              "machine": platform.machine(), "load_average": os.getloadavg(),
+              "repeats": args.repeats, "machine": machine(), "load_average": os.getloadavg(),
               "ratios": ratios, **summary}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out, json.dumps(report, indent=2))
+    write_results(args.out, report)
 
 
 if __name__ == "__main__":

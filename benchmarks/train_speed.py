@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from record import machine, write_results
 
 from lmlab.train.allocator import keep_freed_memory
 
@@ -358,16 +359,13 @@ def main() -> None:
                   + (f"  nanoGPT {best['nanogpt']['tokens_per_second']:6.0f} tok/s (lmlab "
                      f"x{row['ratio_nanogpt']:.2f}, tuned x{row['ratio_nanogpt_tuned']:.2f})"
                      if "nanogpt" in best else ""), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    from lmlab.cpu_info import cpu_name
     from lmlab.model.linear import onednn_enabled
 
-    machine = {"cpu": cpu_name(), "threads": 2, "torch": torch.__version__,
-               "onednn_fp32_by_default": onednn_enabled(), "load_average": os.getloadavg(),
-               "shape": args.shape, **vars(shape)}
+    facts = machine(threads=2, onednn_fp32_by_default=onednn_enabled(),
+                    load_average=os.getloadavg(), shape=args.shape, **vars(shape))
     if device.type == "cuda":
-        machine["gpu"] = torch.cuda.get_device_name(device)
-    args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+        facts["gpu"] = torch.cuda.get_device_name(device)
+    write_results(args.out, {"machine": facts, "rows": rows})
 
 
 if __name__ == "__main__":

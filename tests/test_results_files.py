@@ -1,0 +1,125 @@
+"""The committed benchmark results name the machine they were measured on (its CPU) and none of
+its folders: no absolute path, home directory or drive letter in any text file under
+benchmarks/results/. And the writer the benchmarks share (benchmarks/record.py) rewrites every
+kind of path it meets so that the check holds."""
+
+import importlib.util
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+# A string that starts with a path, a machine's usual top folders anywhere, a drive letter.
+LEADING_PATH = re.compile(r"(?:^|[\s\"'(=,\[])(?:/[\w.~-]|~/)")
+MACHINE_FOLDER = re.compile(r"/(?:tmp|work|root|home|Users|mnt|private|var)/|\b[A-Za-z]:\\")
+INLINE_IMAGE = re.compile(r"base64,[A-Za-z0-9+/=]+")
+
+
+def machine_paths(text: str) -> list[str]:
+    return [m.group(0) for pattern in (LEADING_PATH, MACHINE_FOLDER)
+            for m in pattern.finditer(text)]
+
+
+def strings(value):
+    """Every string of a JSON tree, keys included."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def machines(value):
+    """Every value stored under a "machine" key, at any depth."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "machine":
+                yield item
+            yield from machines(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from machines(item)
+
+
+def text_files() -> list[Path]:
+    found = []
+    for path in sorted(RESULTS.rglob("*")):
+        try:
+            path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue  # PNGs and folders
+        found.append(path)
+    return found
+
+
+def test_there_are_results_to_check():
+    names = {path.name for path in text_files()}
+    assert {"train_speed.json", "blimp_eval.json", "comparison.json", "report.html"} <= names
+
+
+@pytest.mark.parametrize("path", text_files(), ids=lambda p: str(p.relative_to(RESULTS)))
+def test_a_results_file_names_no_folder_of_its_machine(path):
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        found = [s for s in strings(json.loads(text)) if machine_paths(s)]
+    else:
+        found = machine_paths(INLINE_IMAGE.sub("", text))
+    assert found == []
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.rglob("*.json")),
+                         ids=lambda p: str(p.relative_to(RESULTS)))
+def test_a_json_results_file_names_its_cpu(path):
+    found = list(machines(json.loads(path.read_text())))
+    assert found, "no machine record"
+    for machine in found:
+        assert isinstance(machine, dict) and isinstance(machine.get("cpu"), str)
+        assert machine["cpu"].strip()
+
+
+def load_record():
+    spec = importlib.util.spec_from_file_location("record", ROOT / "benchmarks" / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmarks_writer_leaves_no_folder_of_the_machine(tmp_path):
+    record = load_record()
+    work = Path(tempfile.gettempdir()) / "lmlab-bench-x1"
+    results = {
+        "settings": {"out": str(ROOT / "benchmarks" / "results" / "x.json"),
+                     "blimp": str(ROOT.parent / "shared" / "data" / "blimp"),
+                     "run": str(work / "runs" / "mlm"), "scratch": "/tmp/blimp/data",
+                     "home": str(Path.home() / "runs" / "clm"), "elsewhere": "/opt/models/smol",
+                     "windows": "C:\\Users\\me\\run", "rate": "1/4 of tokens/s"},
+        "note": f"read from ({ROOT.parent / 'shared' / 'data'}), 16 MB",
+        str(work / "key.jsonl"): [1, 2.5],
+    }
+    out = tmp_path / "x.json"
+    record.write_results(out, results, work)
+    written = json.loads(out.read_text())
+    assert [s for s in strings(written) if machine_paths(s)] == []
+    assert written["settings"] == {
+        "out": "benchmarks/results/x.json", "blimp": "shared/data/blimp",
+        "run": "$WORK/runs/mlm", "scratch": "$TMP/blimp/data", "home": "$HOME/runs/clm",
+        "elsewhere": "$ELSEWHERE/smol", "windows": "$ELSEWHERE/run", "rate": "1/4 of tokens/s"}
+    assert written["note"] == "read from (shared/data), 16 MB"
+    assert written["$WORK/key.jsonl"] == [1, 2.5]
+    # a folder whose name only begins like the repository's is not taken for it
+    assert record.portable_text(f"{ROOT}ly/x") == "$ELSEWHERE/x"
+
+
+def test_the_machine_is_named_by_its_cpu():
+    from lmlab.cpu_info import cpu_name
+
+    facts = load_record().machine(threads=2)
+    assert facts["cpu"] == cpu_name() and facts["cpu"] and facts["threads"] == 2
