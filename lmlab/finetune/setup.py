@@ -184,11 +184,14 @@ def _load_pretrained(source: str | Path, cfg: FinetuneConfig) -> Run:
 
 def _run_config(source: str | Path, cfg: FinetuneConfig, pretrained: Run,
                 model: LanguageModel, task: Task) -> dict:
-    return {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
-            "pretraining": pretraining_config(pretrained.config),
-            "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
-            "task": {"name": cfg.task, "labels": task.labels},
-            "heads": {task.head: task.head_options()}}
+    config = {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
+              "pretraining": pretraining_config(pretrained.config),
+              "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
+              "task": {"name": cfg.task, "labels": task.labels},
+              "heads": {task.head: task.head_options()}}
+    if "special_tokens" in pretrained.config:  # an imported run's own roles (BERT: no [BOS])
+        config["special_tokens"] = pretrained.config["special_tokens"]
+    return config
 
 
 def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:
