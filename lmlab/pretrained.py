@@ -36,9 +36,10 @@ class Pretrained(Run):
         """Like `generate` for one prompt, yielding text pieces as they are produced."""
         return stream(self, prompt, max_new_tokens, **options)
 
-    def embed(self, texts, pooling: str = "mean", normalize: bool = False,
+    def embed(self, texts, pooling: str | None = None, normalize: bool | None = None,
               batch_size: int = 32):
-        """One vector per text, mean or [CLS] pooled (see infer/embed.py)."""
+        """One vector per text, mean or [CLS] pooled; by default as the run records (an
+        imported sentence-transformers model's own pooling), else mean (see infer/embed.py)."""
         return embed(self, texts, pooling, normalize, batch_size)
 
     def score(self, texts, rule: str | None = None, **options):

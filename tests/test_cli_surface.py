@@ -17,7 +17,7 @@ SURFACE = {
                 "--probe", "--probe-epochs", "--probe-lr", "--probe-seeds", "--seeds",
                 "--seq-len", "--workers"],
     "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
-              "--normalize", "--out", "--pooling", "--threads"],
+              "--no-normalize", "--normalize", "--out", "--pooling", "--threads"],
     "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",
              "--max-tokens", "--out", "--pairs", "--split", "--stride", "--text-field"],
     "export": ["--checkpoint", "--device", "--help", "--no-check", "--out"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from lmlab.command_line import add_command, add_run_arguments
@@ -56,6 +57,15 @@ def import_command(args: argparse.Namespace) -> int:
     heads = ", ".join(imported.heads) or "no head"
     print(f"imported {args.source} ({imported.family} family, {heads}) as a run trained with "
           f"{imported.objective} in {imported.out}")
+    if imported.embedding:
+        embedding = imported.embedding
+        print(f"lmlab embed pools it as its sentence-transformers modules say: "
+              f"{embedding['pooling']} pooling"
+              + (", normalised" if embedding["normalize"] else "")
+              + (f", texts cut to {embedding['max_len']} tokens" if "max_len" in embedding
+                 else ""))
+    if imported.embedding_note:
+        print(imported.embedding_note, file=sys.stderr)
     if imported.left_out:
         print(f"left out the task head(s) {', '.join(imported.left_out)}: fine-tune the run "
               "with lmlab finetune")

@@ -41,12 +41,16 @@ class HFModel:
     objective: str | None = None  # the lmlab objective, for a directory lmlab exported
 
 
-def _read_json(path: Path) -> dict:
-    """A JSON object from `path`; anything else is refused in one line."""
+def read_json(path: Path):
     try:
-        found = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise HFImportError(f"{path}: unreadable JSON ({error})") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON object from `path`; anything else is refused in one line."""
+    found = read_json(path)
     if not isinstance(found, dict):
         raise HFImportError(f"{path}: expected a JSON object, found {type(found).__name__}")
     return found
@@ -62,7 +66,7 @@ def _safetensors(path: Path) -> dict[str, Tensor]:
 def _shard_names(index: Path) -> list[str]:
     """The shard files an index names, each a plain file name beside it (never a path that
     would reach outside the model directory)."""
-    weight_map = _read_json(index).get("weight_map")
+    weight_map = read_json_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise HFImportError(f"{index}: no weight_map of tensor names to shard files")
     names = sorted(set(weight_map.values()))
@@ -115,7 +119,7 @@ def special_roles(directory: Path, tokenizer: Tokenizer, config: dict) -> dict[s
     declared: dict = {}
     for name in ("special_tokens_map.json", "tokenizer_config.json"):
         if (directory / name).is_file():
-            declared.update({k: v for k, v in _read_json(directory / name).items()
+            declared.update({k: v for k, v in read_json_object(directory / name).items()
                              if v is not None})
     roles = {role: _token_content(declared.get(hf_name))
              for role, hf_name in HF_ROLE_NAMES.items()}
@@ -146,11 +150,11 @@ def read_hf_directory(directory: Path, allow_pickle: bool = False) -> HFModel:
     if not (directory / "config.json").is_file():
         raise HFImportError(f"{directory} has no config.json, so it is not a Hugging Face "
                            "model directory")
-    config = _read_json(directory / "config.json")
+    config = read_json_object(directory / "config.json")
     state = read_weights(directory, allow_pickle)
     tokenizer = read_tokenizer(directory)
     record = directory / EXPORT_RECORD
-    objective = _read_json(record).get("objective") if record.is_file() else None
+    objective = read_json_object(record).get("objective") if record.is_file() else None
     return HFModel(config, state, tokenizer, special_roles(directory, tokenizer, config),
                    str(directory), objective)
 

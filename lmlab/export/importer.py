@@ -6,7 +6,8 @@ without the pre-training heads, pooler and legacy `position_ids` buffer; GPT-2 a
 likewise. The run's objective says how the model learnt to read: masked LM with next-sentence
 prediction for BERT, causal LM for the decoders, or for a directory lmlab exported, the
 objective its run was trained with. Task heads (a classifier, QA outputs) are left out:
-fine-tune the imported model with `lmlab finetune`.
+fine-tune the imported model with `lmlab finetune`. A sentence-transformers directory's
+pooling and normalisation are recorded for `lmlab embed` (see st_pooling.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lmlab.config import ModelConfig
 from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.hf import HF_FAMILIES, config_from_hf, from_hf_state_dict, to_hf_state_dict
 from lmlab.export.hf_files import HFImportError, HFModel, read_gguf, read_hf_directory
+from lmlab.export.st_pooling import read_embedding
 from lmlab.model import LanguageModel
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
@@ -46,6 +48,8 @@ class Imported:
     objective: str
     heads: tuple[str, ...]
     left_out: list[str]  # HF weights not imported (task heads)
+    embedding: dict | None = None  # how a sentence-transformers model pools, as recorded
+    embedding_note: str | None = None  # why a sentence-transformers pooling was not recorded
 
 
 def _prefix_and_tops(family: str) -> tuple[str, set[str]]:
@@ -142,14 +146,18 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
     hf = read_gguf(source) if source.suffix == ".gguf" else read_hf_directory(source,
                                                                             allow_pickle)
     family, model, objective, left_out = convert(hf)
+    embedding, note = (None, None) if source.suffix == ".gguf" else read_embedding(
+        source, model.cfg.max_seq_len)
     config = {"model": model.cfg.to_dict(), "train": {"objective": objective},
               "heads": dict.fromkeys(model.heads, {}), "special_tokens": hf.roles,
               "imported": {"from": str(source.resolve()),
                            "architectures": hf.config.get("architectures"), "family": family}}
+    if embedding:
+        config["embedding"] = embedding
     with atomic_directory(out) as staging:
         config[TOKENIZER_SHA256] = write_tokenizer(staging, hf.tokenizer.to_str())
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
         publish_checkpoint(staging / CHECKPOINTS / checkpoint_name(0), 0,
                            untied(model.state_dict(), model), {"loop": {}},
                            {"imported_from": str(source.resolve())})
-    return Imported(out, family, objective, tuple(model.heads), left_out)
+    return Imported(out, family, objective, tuple(model.heads), left_out, embedding, note)

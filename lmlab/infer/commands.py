@@ -59,9 +59,12 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     add_run_arguments(emb)
     _add_text_arguments(emb, "texts")
     emb.add_argument("--out", type=Path, required=True, help="the .npy file to write")
-    emb.add_argument("--pooling", choices=POOLINGS, default="mean",
-                     help="average the text's tokens, or take the first position")
-    emb.add_argument("--normalize", action="store_true", help="scale vectors to unit length")
+    emb.add_argument("--pooling", choices=POOLINGS,
+                     help="average the text's tokens, or every token read ([CLS]/[SEP] too), "
+                     "or take the first position; default: the run's own (an imported "
+                     "sentence-transformers model's), else mean")
+    emb.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                     help="scale vectors to unit length; default: as the run records")
     _add_threads_argument(emb)
 
 
@@ -194,17 +197,17 @@ def _note_finish(result: Generation, run: Run) -> None:
 
 
 def embed_command(args: argparse.Namespace) -> int:
-    from lmlab.infer.embed import embed, save_npy
+    from lmlab.infer.embed import embed, embedding_reading, save_npy
     from lmlab.infer.threads import threads_for
 
     check_output_file(args.out, "vectors.npy")
     texts = _read_texts(args)
     with threads_for(min(len(texts or args.ids), args.batch_size), args.threads):
         run = _load(args)
-        vectors = embed(run, _inputs(args, texts, run), args.pooling, args.normalize,
-                        args.batch_size)
+        pooling, normalize = embedding_reading(run, args.pooling, args.normalize)
+        vectors = embed(run, _inputs(args, texts, run), pooling, normalize, args.batch_size)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     save_npy(vectors, args.out)
-    print(f"{len(vectors)} embeddings of {vectors.shape[1]} dimensions ({args.pooling} "
-          f"pooling) written to {args.out}")
+    print(f"{len(vectors)} embeddings of {vectors.shape[1]} dimensions ({pooling} pooling"
+          f"{', normalised' if normalize else ''}) written to {args.out}")
     return 0

@@ -1,8 +1,11 @@
 """Text embeddings: the final hidden states of a text, pooled into one vector.
 
 Pooling `mean` averages over the text's own tokens (not padding, not the [EOS]/[CLS]/[SEP]
-the layout adds); `cls` takes the first position, which is [CLS] for models trained with NSP
-and the first token otherwise. Texts are read with the attention the model was trained with:
+the layout adds); `mean-all` over every token the model read, those included (as
+sentence-transformers pools); `cls` takes the first position, which is [CLS] for models
+trained with NSP and the first token otherwise. A run imported from sentence-transformers
+records its own pooling, normalisation and text length (config.json's `embedding`), used
+unless others are asked for. Texts are read with the attention the model was trained with:
 bidirectional, unless it was trained only causally. Batches are padded on the right and the
 padding is masked out of attention, so a text's embedding does not depend on its batch.
 """
@@ -23,12 +26,21 @@ from lmlab.model import MaskSpec
 from lmlab.runs import Run
 
 
-def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",
-          normalize: bool = False, batch_size: int = 32) -> np.ndarray:
-    """(d_model,) float32 for one text, (N, d_model) for a list; `normalize` scales each to
-    unit length (cosine similarity is then a dot product)."""
+def embedding_reading(run: Run, pooling: str | None = None,
+                      normalize: bool | None = None) -> tuple[str, bool]:
+    """(pooling, normalize): those given, else those the run records, else mean, unscaled."""
+    recorded = run.config.get("embedding", {})
+    pooling = pooling or recorded.get("pooling", "mean")
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
+    return pooling, recorded.get("normalize", False) if normalize is None else normalize
+
+
+def embed(run: Run, texts: Text | Sequence[Text], pooling: str | None = None,
+          normalize: bool | None = None, batch_size: int = 32) -> np.ndarray:
+    """(d_model,) float32 for one text, (N, d_model) for a list; `normalize` scales each to
+    unit length (cosine similarity is then a dot product). None: as `embedding_reading`."""
+    pooling, normalize = embedding_reading(run, pooling, normalize)
     causal = run.objective.reads_causally
     if pooling == "cls" and causal:
         raise ValueError(f"{run.path}: cls pooling reads the first position, which a "
@@ -39,7 +51,7 @@ def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",
         ids = encode(run, item)
         if not ids:
             raise ValueError(f"text {index + 1} is empty")
-        documents.append(reading_document(run, ids))
+        documents.append(reading_document(run, _cut(run, ids)))
     vectors = []
     starts = range(0, len(documents), batch_size)
     for start in tqdm(starts, desc="embed", unit="batch", disable=len(starts) < 2):
@@ -52,6 +64,15 @@ def embed(run: Run, texts: Text | Sequence[Text], pooling: str = "mean",
     return array[0] if single else array
 
 
+def _cut(run: Run, ids: list[int]) -> list[int]:
+    """The text cut to the length the run records for embeddings, its framing included (as
+    sentence-transformers cuts texts to max_seq_length); whole when none is recorded."""
+    max_len = run.config.get("embedding", {}).get("max_len")
+    if max_len is None:
+        return ids
+    return ids[: max(1, max_len - len(reading_document(run, [])[0]))]
+
+
 @torch.inference_mode()
 def _embed_batch(run: Run, documents: list[tuple[list[int], slice]],
                  pooling: str, causal: bool) -> torch.Tensor:
@@ -62,10 +83,12 @@ def _embed_batch(run: Run, documents: list[tuple[list[int], slice]],
     hidden = hidden.float()  # (B, T, d)
     if pooling == "cls":
         return hidden[:, 0]
-    text = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
-    for row, (_, span) in enumerate(documents):
-        text[row, span] = True
-    weights = text.unsqueeze(-1).float()
+    pooled = segments > 0  # mean-all: every token read
+    if pooling == "mean":
+        pooled = torch.zeros_like(pooled)
+        for row, (_, span) in enumerate(documents):
+            pooled[row, span] = True
+    weights = pooled.unsqueeze(-1).float()
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 

@@ -31,7 +31,7 @@ def embed(served: ServedRun, body: dict) -> dict:
     from lmlab.infer.embed import embed as vectors_of
 
     given = texts(body, least=2)
-    pooling = field(body, "pooling", str, "mean")
+    pooling = field(body, "pooling", str, None)  # None: as the run records, else mean
     vectors = torch.from_numpy(vectors_of(served.run, given, pooling, normalize=True))
     return {"texts": given, "similarity": (vectors @ vectors.T).tolist()}
 
