@@ -195,6 +195,23 @@ def test_metrics_come_in_rows_from_a_given_row(server):
     assert later["rows"] == answer["rows"][-1:]
 
 
+def test_metrics_name_the_lines_a_fine_tuned_run_draws(server):
+    """A fine-tuned run validates its task's scores, not a loss: its lines are the training
+    loss, the main metric on its own scale and the learning rate, every point a number."""
+    for run, validation in [("classify", "validation accuracy"), ("ner", "validation f1"),
+                            ("clm", "validation loss")]:
+        answer = request(server, "GET", f"/api/metrics?run={run}")[1]
+        lines = {line["name"]: line for line in answer["curves"]}
+        assert list(lines) == ["train loss", validation, "learning rate"]
+        assert [line["own"] for line in lines.values()] == [False, run != "clm", True]
+        assert all(isinstance(value, float) for line in lines.values()
+                   for _, value in line["points"])
+        train_loss = [[row["step"], row["loss"]] for row in answer["rows"]
+                      if row["kind"] == "train"]
+        assert lines["train loss"]["points"] == train_loss and train_loss
+        assert lines[validation]["points"]
+
+
 @pytest.mark.parametrize("method, path, body, status", [
     ("POST", "/api/fill-mask", {"run": "nope", "text": "a"}, 404),
     ("POST", "/api/fill-mask", {"run": 99, "text": "a"}, 404),

@@ -104,6 +104,34 @@ def test_embeddings_and_a_fine_tuned_classifier(open_page):
     expect(page.locator("#predict .bar")).to_have_count(2)  # one bar per label
 
 
+# Pixels inside a curves canvas's frame (its labels lie outside it) of each of the page's first
+# three line colours (app.js COLORS), in the lines' order.
+CURVE_PIXELS = """canvas => {
+  const pad = 44;  // the frame's margin in app.js
+  const data = canvas.getContext("2d")
+    .getImageData(pad, pad, canvas.width - 2 * pad, canvas.height - 2 * pad).data;
+  return [[74, 123, 208], [204, 51, 51], [43, 138, 62]].map(([r, g, b]) => {
+    let count = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i] === r && data[i + 1] === g && data[i + 2] === b) count += 1;
+    }
+    return count;
+  });
+}"""
+
+
+def test_a_fine_tuned_run_draws_its_loss_and_its_score(open_page):
+    """A fine-tuned run's validation rows hold its task's scores and no loss: the training
+    loss, the validation accuracy and the learning rate are all drawn."""
+    page = open_page("?run=classify&beside=clm")
+    for run in ("classify", "clm"):
+        canvas = page.locator(f'#curves canvas[data-run="{run}"]')
+        expect(canvas).to_be_visible()
+        page.wait_for_function("c => c.getContext('2d').getImageData(0, 0, c.width, c.height)"
+                               ".data.some(v => v)", arg=canvas.element_handle())
+        assert all(canvas.evaluate(CURVE_PIXELS)), run
+
+
 def test_answers_and_entities_are_highlighted_in_the_text(open_page, server):
     page = open_page("?run=qa&beside=ner")
     context = "the dog sees a bird"

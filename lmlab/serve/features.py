@@ -10,6 +10,7 @@ import torch
 
 from lmlab.infer.inputs import encode, reading_document
 from lmlab.model import MaskSpec
+from lmlab.serve.curves import curves
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field, texts
 from lmlab.serve.runs import ServedRun, attention_policies, token_texts
@@ -102,4 +103,5 @@ def metrics(served: ServedRun, after: int) -> dict:
             rows.append(json.loads(line))
         except json.JSONDecodeError:  # the line training is writing right now
             break
-    return {"rows": rows, "next": after + len(rows)}
+    return {"rows": rows, "next": after + len(rows),
+            "curves": curves(rows, served.main_metric)}

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.finetune.qa_task import CONTEXT_SEPARATOR
+from lmlab.finetune.tasks import TASKS
 from lmlab.runs import Run
 from lmlab.runs.layout import METRICS
 from lmlab.serve.errors import ApiError
@@ -23,6 +24,12 @@ class ServedRun:
     def task(self) -> str | None:
         """The fine-tuned task's kind (classify, qa, ner, …), None for a pre-trained run."""
         return self.run.config.get("train", {}).get("task") if "task" in self.run.config else None
+
+    @property
+    def main_metric(self) -> str | None:
+        """The metric a fine-tuned run's best checkpoint is best at; None for a pre-trained
+        run (its best has the lowest validation loss)."""
+        return None if self.task is None else TASKS[self.task].main_metric
 
     @property
     def metrics_path(self) -> Path:

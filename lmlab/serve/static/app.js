@@ -200,15 +200,19 @@ function predictionView(text, prediction, run) {
   return el("p", {}, `score ${prediction.score.toFixed(3)}`);
 }
 
-// Curves poll each run's metrics.jsonl, so a run still training draws as it goes.
+// Curves poll each run's metrics.jsonl, so a run still training draws as it goes. The server
+// names each line and gives the points of the rows it read; they add to those held.
 const curves = {};
 
 async function pollCurves() {
   for (const run of runs.filter((r) => r.can.metrics)) {
-    const seen = curves[run.name] || (curves[run.name] = { rows: [], next: 0 });
+    const seen = curves[run.name] || (curves[run.name] = { lines: {}, next: 0 });
     try {
       const answer = await (await api(`/api/metrics?run=${encodeURIComponent(run.name)}&after=${seen.next}`)).json();
-      seen.rows.push(...answer.rows);
+      for (const line of answer.curves) {
+        const held = seen.lines[line.name] || (seen.lines[line.name] = { ...line, points: [] });
+        held.points.push(...line.points);
+      }
       seen.next = answer.next;
     } catch (error) {
       showError(`${run.name}: ${error.message}`);
@@ -220,25 +224,22 @@ async function pollCurves() {
 function drawCurves() {
   const panes = $("#curves .panes");
   for (const run of chosenRuns().filter((r) => r.can.metrics)) {
-    const rows = curves[run.name] ? curves[run.name].rows : [];
+    const lines = curves[run.name] ? Object.values(curves[run.name].lines) : [];
     let canvas = $(`canvas[data-run="${run.name}"]`, panes);
     if (!canvas) {
       canvas = el("canvas", { width: 420, height: 220, "data-run": run.name });
       panes.append(el("div", { class: "pane" }, el("h3", {}, run.name), canvas));
     }
-    const train = rows.filter((r) => r.kind === "train");
-    const evalLoss = rows.filter((r) => r.kind === "eval").map((r) => ({ step: r.step,
-      loss: Object.entries(r).find(([k]) => k.endsWith("_loss"))?.[1] }));
-    plot(canvas, [
-      { points: train.map((r) => [r.step, r.loss]), color: "#4a7bd0", label: "train loss" },
-      { points: evalLoss.map((r) => [r.step, r.loss]), color: "#c33", label: "validation loss" },
-      { points: train.map((r) => [r.step, r.lr]), color: "#2b8a3e", label: "learning rate", own: true },
-    ]);
+    plot(canvas, lines.map((line, i) => ({ ...line, color: COLORS[i % COLORS.length] })));
   }
 }
 
+const COLORS = ["#4a7bd0", "#c33", "#2b8a3e", "#8a5a00"];
+
 // Lines on one canvas, framed, with the first and last step below and each scale's ends
-// beside it: the shared one on the left, a series marked `own` (its own scale) on the right.
+// beside it: the shared one on the left, each series marked `own` (its own scale) on the
+// right, one below the other in its colour. The first series is drawn last, on top: a lone
+// validation point at its scale's end is not hidden under the learning rate's.
 function plot(canvas, series) {
   const g = canvas.getContext("2d");
   const pad = 44;
@@ -252,7 +253,8 @@ function plot(canvas, series) {
     const ys = points.map((p) => p[1]);
     return [Math.min(...ys), Math.max(...ys, Math.min(...ys) + 1e-9)];
   };
-  const shared = range(series.filter((s) => !s.own).flatMap((s) => s.points).concat([[0, all[0][1]]]));
+  const sharedPoints = series.filter((s) => !s.own).flatMap((s) => s.points);
+  const shared = range(sharedPoints.length ? sharedPoints : all);
   const number = (v) => (Math.abs(v) >= 0.01 || v === 0 ? v.toFixed(2) : v.toExponential(1));
   g.strokeStyle = "#ccc";
   g.strokeRect(pad, pad, width, height);
@@ -261,13 +263,15 @@ function plot(canvas, series) {
   g.fillText(`${x1}`, pad + width - g.measureText(`${x1}`).width, pad + height + 14);
   g.fillText(number(shared[1]), 2, pad + 4);
   g.fillText(number(shared[0]), 2, pad + height);
-  series.forEach((s, i) => {
+  let owned = 0;
+  series.map((s, i) => [s, i]).reverse().forEach(([s, i]) => {
     if (!s.points.length) return;
     const [y0, y1] = s.own ? range(s.points) : shared;
     g.strokeStyle = g.fillStyle = s.color;
     if (s.own) {
-      g.fillText(number(y1), pad + width + 3, pad + 4);
-      g.fillText(number(y0), pad + width + 3, pad + height);
+      g.fillText(number(y1), pad + width + 3, pad + 4 + 12 * owned);
+      g.fillText(number(y0), pad + width + 3, pad + height - 12 * owned);
+      owned += 1;
     }
     g.beginPath();
     s.points.forEach(([x, y], j) => {
@@ -277,7 +281,7 @@ function plot(canvas, series) {
       g.fillRect(px - 2, py - 2, 4, 4);  // a lone point (one validation) shows too
     });
     g.stroke();
-    g.fillText(s.label, pad + i * 110, 14);
+    g.fillText(s.name, pad + i * 110, 14);
   });
 }
 
