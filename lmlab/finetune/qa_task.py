@@ -14,7 +14,7 @@ from lmlab.data.errors import DataError
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import squad_f1, squad_metrics
 from lmlab.finetune.qa import Answer, QuestionTooLong, best_answer, label_window, make_windows
-from lmlab.finetune.readers import QAExample, read_squad
+from lmlab.finetune.readers import QAExample, is_squad, read_squad
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.objectives.base import Batch, LossSum
 
@@ -41,6 +41,9 @@ class QATask(Task):
             print(f"{path}: skipped {read.skipped} questions whose answer is not at its "
                   "answer_start (--strict fails on them instead)", file=sys.stderr)
         return read.examples
+
+    def in_task_format(self, path) -> bool:
+        return is_squad(path)
 
     def examples_from_texts(self, texts: Sequence[str]) -> list[QAExample]:
         examples = []

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 
 from lmlab.data.errors import DataError
@@ -27,6 +27,7 @@ LABEL_COLUMN_GUESSES = ("label", "labels", "gold_label", "score", "relatedness_s
 DOCSTART = "-DOCSTART-"
 INTEGER = re.compile(r"-?\d+")
 TAG = re.compile(r"O|[BI]-\S+")
+SNIFFED_LINES = 20  # lines read to tell a CoNLL file from plain text
 
 Row = Mapping[str, object]
 
@@ -71,6 +72,12 @@ def _lines(path: Path) -> Iterator[str]:
         raise DataError(f"cannot be read ({error.strerror or error})", path) from None
 
 
+def _first_lines(path: Path, count: int) -> list[str]:
+    """Up to `count` of the file's first non-blank lines, without their endings."""
+    lines = (line.rstrip("\r\n") for line in _lines(Path(path)) if line.strip())
+    return list(islice(lines, count))
+
+
 # ---------------------------------------------------------------- text tables
 
 
@@ -112,6 +119,14 @@ def _delimited_rows(path: Path) -> Iterator[tuple[int, Row]]:
 def _rows(path: Path) -> Iterator[tuple[int, Row]]:
     """(line, row) for each record: a JSON object, or a CSV/TSV row keyed by the header."""
     return _jsonl_rows(path) if path.suffix.lower() == ".jsonl" else _delimited_rows(path)
+
+
+def is_table(path: str | Path) -> bool:
+    """Whether `path` holds a table of examples (.tsv, .csv, .jsonl, or a first line with a tab)
+    rather than plain text, one text a line."""
+    if Path(path).suffix.lower() in (".tsv", ".csv", ".jsonl"):
+        return True
+    return any("\t" in line for line in _first_lines(Path(path), 1))
 
 
 def _column(kind: str, wanted: str | None, guesses: Sequence[str], columns: Sequence[str],
@@ -196,6 +211,13 @@ def read_table(path: str | Path, text_column: str | None = None, pair_column: st
 # ---------------------------------------------------------------- SQuAD
 
 
+def is_squad(path: str | Path) -> bool:
+    """Whether `path` holds SQuAD JSON (.json, or text opening with '{') rather than plain
+    text, one text a line."""
+    return Path(path).suffix.lower() == ".json" or any(
+        line.lstrip().startswith("{") for line in _first_lines(Path(path), 1))
+
+
 def _list(record: object, key: str, path: Path, where: str) -> list:
     if not isinstance(record, dict) or not isinstance(record.get(key), list):
         raise DataError(f"{where}: no {key!r} list", path)
@@ -269,6 +291,15 @@ def read_squad(path: str | Path, strict: bool = False, need_answers: bool = True
 # ---------------------------------------------------------------- CoNLL
 
 
+def is_conll(path: str | Path) -> bool:
+    """Whether `path` holds CoNLL columns (each of its first lines a word and a tag, or a
+    -DOCSTART-) rather than plain text, one text a line."""
+    lines = _first_lines(Path(path), SNIFFED_LINES)
+    return bool(lines) and all(
+        fields[0] == DOCSTART or (len(fields) >= 2 and TAG.fullmatch(fields[-1]))
+        for fields in (line.split() for line in lines))
+
+
 def _positions(width: int, word_column: int, tag_column: int, path: Path,
                line: int) -> tuple[int, int]:
     """The word and tag columns as indices into `width` fields; they must exist and differ."""
@@ -320,6 +351,18 @@ def label_names(labels: Iterable[str]) -> list[str]:
     if all(INTEGER.fullmatch(name) for name in names):
         return sorted(names, key=lambda name: (int(name), name))
     return sorted(names)
+
+
+def class_names(examples: Sequence[TextExample], path: str | Path,
+                where: str | None = None) -> list[str]:
+    """The labels of a classification's training examples. One label alone is refused: the
+    model would learn to always answer it and score a perfect accuracy on data like it."""
+    names = label_names(example.label for example in examples)
+    if len(names) == 1:
+        rows = f"all {len(examples)} training rows" + (f" with {where}" if where else "")
+        raise DataError(f"{rows} have the label {names[0]!r}; a classifier needs at least two "
+                        "labels (is --label-column the right column?)", path)
+    return names
 
 
 SHOWN_LABELS = 12  # training labels an error lists; more mean a wrong column, not a typo

@@ -22,8 +22,9 @@ from lmlab.finetune.metrics import (
 from lmlab.finetune.readers import (
     TextExample,
     check_labels_known,
+    class_names,
     guess_pair_column,
-    label_names,
+    is_table,
     read_table,
 )
 from lmlab.finetune.task import Reading, Row, Task, pooling_weights
@@ -54,8 +55,11 @@ class ClassifyTask(Task):
                           self.cfg.label_column, numeric_label=self.numeric, where=where,
                           need_label=need_targets)
 
+    def in_task_format(self, path) -> bool:
+        return is_table(path)
+
     def label_names(self, examples: Sequence[TextExample]) -> list[str]:
-        return label_names(example.label for example in examples)
+        return class_names(examples, self.cfg.train, self.cfg.train_where)
 
     def check_known(self, examples: Sequence[TextExample], path) -> None:
         check_labels_known(examples, self.labels, path)

@@ -89,6 +89,10 @@ class Task:
              need_targets: bool = True) -> list:
         raise NotImplementedError
 
+    def in_task_format(self, path: str | Path) -> bool:
+        """Whether `path` holds examples for `read`, rather than plain text, one text a line."""
+        raise NotImplementedError
+
     def label_names(self, examples: Sequence) -> list[str] | None:
         """The label names of the training examples (None for tasks without labels)."""
         return None

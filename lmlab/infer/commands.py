@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from lmlab.command_line import (
     add_command,
     add_run_arguments,
-    check_input_file,
     check_output_file,
+    read_texts,
 )
 from lmlab.infer.choices import POOLINGS
 
@@ -88,31 +88,8 @@ def _load(args: argparse.Namespace) -> Run:
 
 
 def _read_texts(args: argparse.Namespace) -> list[str] | None:
-    """Texts from the arguments, --file or stdin; None when --ids gives token ids instead.
-    Read before the model is loaded, so that a bad file is reported at once."""
-    if args.ids:
-        return None
-    if args.texts:
-        return list(args.texts)
-    if args.file is not None:
-        lines = _read_lines(args.file)
-    elif sys.stdin.isatty():
-        raise ValueError("no texts: give them as arguments, with --file or on stdin")
-    else:
-        lines = sys.stdin.read().splitlines()
-    texts = [line for line in lines if line.strip()]
-    if not texts:
-        raise ValueError(f"{args.file or 'stdin'} holds no text")
-    return texts
-
-
-def _read_lines(path: Path) -> list[str]:
-    check_input_file(path)
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {error.start}); "
-                         "--file takes a text file, one text per line") from None
+    """Texts from the arguments, --file or stdin; None when --ids gives token ids instead."""
+    return None if args.ids else read_texts(args.texts, args.file)
 
 
 def _inputs(args: argparse.Namespace, texts: list[str] | None, run: Run) -> list:
