@@ -13,7 +13,7 @@ def add_eval_command(commands) -> None:
     parser = add_command(
         commands, "eval", help="perplexity, bits per byte and minimal-pair accuracy of a run",
         handler=eval_command)
-    add_run_arguments(parser)
+    add_run_arguments(parser, "pre-trained")
     parser.add_argument("--data", nargs="+", metavar="SOURCE",
                         help="a prepared dataset directory, or .txt/.jsonl files")
     parser.add_argument("--split", default="validation", help="a dataset's split to score")

@@ -57,7 +57,8 @@ class FinetuneConfig(LoopConfig):
     strict: bool = documented(False, "fail on a QA answer not found at its answer_start "
                                      "instead of skipping it")
     seeds: int = documented(1, "fine-tune this many seeds and report mean ± std")
-    pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run")
+    pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run: best "
+                                                    "(lowest validation loss), last, or a name")
     # Fine-tuning's own defaults for shared fields.
     lr: float = documented(1e-4, "peak learning rate")
     schedule: Literal["cosine", "linear", "constant", "wsd"] = documented(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     fill = add_command(commands, "fill-mask", help="rank the likely tokens for each [MASK]",
                        handler=fill_mask_command)
-    add_run_arguments(fill)
+    add_run_arguments(fill, "pre-trained")
     _add_text_arguments(fill, "texts containing [MASK]")
     fill.add_argument("--top-k", type=int, default=5, help="candidates per mask")
     fill.add_argument("--json", action="store_true", help="one JSON object per text")
@@ -33,7 +33,7 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
 
     gen = add_command(commands, "generate", help="continue a prompt, or fill the gaps in it",
                       handler=generate_command)
-    add_run_arguments(gen)
+    add_run_arguments(gen, "pre-trained")
     gen.add_argument("prompt", nargs="?", help="the prompt; none = --ids or stdin. Span "
                      "models fill gaps marked [X], [Y], [Z] or <extra_id_0>, …")
     gen.add_argument("--ids", help="the prompt as token ids, such as '7 8 9'")

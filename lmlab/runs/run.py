@@ -84,8 +84,8 @@ class Run:
 
 
 def pick_checkpoint(run: Path, which: str) -> Path:
-    """`best` (lowest validation loss; the last one when none was marked), `last`, or a
-    checkpoint's name."""
+    """`best` (the best validation the run marked: lowest loss in pre-training, highest main
+    metric in fine-tuning; the last one when none was marked), `last`, or a checkpoint's name."""
     found = list_checkpoints(run / CHECKPOINTS)
     if not found:
         raise RunLoadError(f"{run}: no complete checkpoint in {run / CHECKPOINTS}; the run "
