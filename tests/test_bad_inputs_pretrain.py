@@ -48,3 +48,19 @@ def test_a_bad_config_file_is_named_in_one_line(tmp_path, capsys, name, content,
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_context_longer_than_the_data_allows_writes_nothing(tmp_path, capsys):
+    from lmlab.data.prepare import prepare_documents
+
+    prepare_documents([f"document {i} about cats and dogs " * 5 for i in range(100)],
+                      tmp_path / "data", vocab_size=300)
+    capsys.readouterr()  # prepare's progress
+    out = tmp_path / "run"
+    command = ["pretrain", "--data", str(tmp_path / "data"), "--out", str(out), "--model",
+               "bert-tiny", "--steps", "1"]
+    assert main([*command, "--seq-len", "100000"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "too few for one batch" in err and len(err.splitlines()) == 1
+    assert not out.exists()  # so the corrected command is not refused as "another run"
+    assert main([*command, "--seq-len", "16", "--batch-size", "4"]) == 0

@@ -2,6 +2,7 @@
 counted honestly, the thread count chosen for the work, a time budget that validates often
 and ends with what was learned."""
 
+import json
 import os
 import subprocess
 import sys
@@ -102,6 +103,8 @@ def test_a_time_budget_validates_often_and_ends_with_what_was_learned(tmp_path):
     records = read_metrics(out)
     evals = [r for r in records if r["kind"] == "eval"]
     assert len(evals) >= 8  # twelve spread over the three seconds, and the last
+    # what the run did is what config.json says: no fixed interval (none), not 200
+    assert json.loads((out / "config.json").read_text())["train"]["eval_every"] is None
     assert (out / "curves.png").is_file()
     baseline = unigram_loss(dataset)
     assert baseline == pytest.approx(np.log(54), abs=0.05)  # uniform over 54 ordinary ids
@@ -150,3 +153,17 @@ def test_an_example_that_fails_is_one_line_and_the_summary_goes_on(short_context
     lines = summary(out, dataset, config).splitlines()
     assert "  (the example could not be shown: no candidates)" in lines
     assert lines[-1].startswith("  lmlab pretrain --objective mlm")
+
+
+def test_an_eval_every_given_with_a_time_budget_is_kept(tmp_path):
+    """200 given by hand is the user's interval, not the default's twelve spread validations."""
+    rng = np.random.default_rng(0)
+    special = SpecialTokens.layout(64)
+    documents = [rng.integers(10, 64, 40) for _ in range(400)]
+    dataset = in_memory_dataset(documents[:360], documents[360:], special)
+    config = TrainConfig(objective="mlm", model="bert-tiny", seq_len=32, batch_size=8,
+                         minutes=0.02, eval_every=200, out=str(tmp_path / "run"))
+    with threads_for(1):
+        out = pretrain(config, dataset)
+    evals = [r for r in read_metrics(out) if r["kind"] == "eval"]
+    assert len(evals) <= 2  # at step 200 if reached, and the last; spread would give twelve

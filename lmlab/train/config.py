@@ -24,7 +24,10 @@ from typing import Any, Literal
 from lmlab.data.settings_file import read_settings
 from lmlab.documented import check_choices, documented
 from lmlab.objectives.options import ObjectiveOptions
-from lmlab.train.budget import parse_count
+from lmlab.train.budget import DEADLINE_VALIDATIONS, parse_count
+
+# Steps between validations when neither the run nor its time budget decides.
+EVAL_EVERY_STEPS = 200
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ class LoopConfig:
                "them: less memory for about a third more compute")
     max_nonfinite_steps: int = documented(
         5, "stop after this many consecutive steps with a non-finite loss (each is skipped)")
-    eval_every: int = documented(200, "steps between validations")
+    eval_every: int | None = documented(
+        None, f"steps between validations; none = every {EVAL_EVERY_STEPS} steps, or "
+              f"{DEADLINE_VALIDATIONS} times spread over a --minutes budget")
     checkpoint_every: int = documented(500, "steps between checkpoints (also saved at the "
                                             "end, on the best validation and when stopped)")
     keep_last: int = documented(2, "checkpoints kept besides the best one")

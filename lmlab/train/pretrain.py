@@ -29,7 +29,7 @@ from lmlab.train.budget import (
     steps_in_minutes,
 )
 from lmlab.train.checkpoint import load_resume_checkpoint
-from lmlab.train.config import TrainConfig, resolve_config
+from lmlab.train.config import EVAL_EVERY_STEPS, TrainConfig, resolve_config
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
@@ -117,7 +117,13 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
     config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
               "dataset": str(dataset.path)}
-    micro_size, accumulation = micro_batches_per_step(cfg, env)  # checked before writing
+    # Everything that can refuse the run does so before its directory is written.
+    micro_size, accumulation = micro_batches_per_step(cfg, env)
+    blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
+                          block_pad_id(special), special.sep, cfg.seed, env.rank, env.world_size)
+    validation_blocks = BlockBatches(dataset.validation, cfg.seq_len, micro_size,
+                                     packing(cfg, objective), block_pad_id(special), special.sep,
+                                     seed=0, rank=env.rank, world_size=env.world_size)
     model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
     if cfg.resume:
         config = resumed_config(out, config)
@@ -135,8 +141,6 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
-    blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
-                          block_pad_id(special), special.sep, cfg.seed, env.rank, env.world_size)
     if state.data:
         blocks.load_state_dict(state.data)
     planned_steps = state.total_steps  # of the run resumed, if any
@@ -147,8 +151,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
     deadline = None if saved is not None else _deadline(cfg, model)  # resumed: the last plan
-    eval_blocks = _eval_blocks(cfg, dataset, micro_size, objective, env,
-                               _eval_count(cfg, deadline, state.total_steps * accumulation))
+    cfg = replace(cfg, eval_every=cfg.eval_every or EVAL_EVERY_STEPS)
+    eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
+    eval_blocks = [validation_blocks.batch(i).tokens
+                   for i in range(min(eval_count, validation_blocks.batches_per_epoch))]
     # the run's own warm-up, even when a resume lengthens it
     warmup = _warmup_steps(cfg, planned_steps or state.total_steps)
     training = Training(
@@ -172,15 +178,6 @@ def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int)
     if deadline is not None and deadline.validations:
         return deadline_eval_batches(micro_batches, cfg.eval_batches)
     return cfg.eval_batches
-
-
-def _eval_blocks(cfg: TrainConfig, dataset: Dataset, micro_size: int, objective: Objective,
-                 env, count: int) -> list:
-    batches = BlockBatches(dataset.validation, cfg.seq_len, micro_size,
-                           packing(cfg, objective), block_pad_id(dataset.special),
-                           dataset.special.sep, seed=0, rank=env.rank, world_size=env.world_size)
-    count = min(count, batches.batches_per_epoch)
-    return [batches.batch(i).tokens for i in range(count)]
 
 
 def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
@@ -233,7 +230,7 @@ def _deadline(cfg: TrainConfig, model: LanguageModel) -> Deadline | None:
     minutes = minutes_budget(cfg.minutes, cap)
     if minutes is None:
         return None
-    spread = cfg.eval_every == TrainConfig.eval_every
+    spread = cfg.eval_every is None
     return Deadline(minutes, cap, DEADLINE_VALIDATIONS if spread else 0)
 
 
