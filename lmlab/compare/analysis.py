@@ -59,6 +59,13 @@ class Analysis:
     rows: list[Row]
     verdicts: list[PairVerdict]
     crossovers: list[Crossover]
+    apart: list[str]  # one sentence per pair of objectives that share no measure
+
+    @property
+    def verdict_lines(self) -> list[str]:
+        """The answer in a few lines: each verdict, then why a pair has none."""
+        return [f"{p.verdict.measure}: {p.a} vs {p.b}: {p.verdict.text}"
+                for p in self.verdicts] + self.apart
 
 
 def collect(cfg: CompareConfig, subs: list[SubRun]) -> tuple[dict, list[dict]]:
@@ -95,7 +102,22 @@ def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> An
     adjusted = holm([d.p_value for *_, d in differences]) if differences else []
     verdicts = [PairVerdict(a, b, verdict(measure, d, p, (a, b)))
                 for (measure, a, b, d), p in zip(differences, adjusted, strict=True)]
-    return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg))
+    return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg),
+                    _apart(cfg, scores))
+
+
+def _apart(cfg: CompareConfig, scores: dict) -> list[str]:
+    """Why a pair of objectives gets no verdict: each is scored only the ways it allows (a
+    pseudo-likelihood is never ranked against a true one), and these share none of them."""
+    full = max(cfg.fractions)
+    measures = {objective: sorted(m for m, o, f in scores if o == objective and f == full)
+                for objective in cfg.objectives}
+    return [f"{a} and {b} share no measure, so no verdict compares them ({a}: "
+            f"{', '.join(measures[a]) or 'none'}; {b}: {', '.join(measures[b]) or 'none'}); "
+            f"add a fine-tuning probe (--probe NAME=TASK:TRAIN:VALIDATION) or minimal pairs "
+            f"(--pairs) to score both on the same ground"
+            for a, b in itertools.combinations(cfg.objectives, 2)
+            if not set(measures[a]) & set(measures[b])]
 
 
 def _crossovers(rows: list[Row], cfg: CompareConfig) -> list[Crossover]:

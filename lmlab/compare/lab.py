@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lmlab.atomic import write_text_atomic
+from lmlab.atomic import make_directory, write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
 from lmlab.compare.design import CompareConfig, SubRun, sub_runs
 from lmlab.compare.layout import DESIGN, REPORT
@@ -52,8 +52,9 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     _run_all(left, cfg, data, progress)
     analysis = analyse(cfg, subs)
     record = write_report(cfg, analysis, Path(data), out)
-    for pair in analysis.verdicts:
-        print(f"{pair.verdict.measure}: {pair.a} vs {pair.b}: {pair.verdict.text}")
+    print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
+    for line in analysis.verdict_lines:
+        print(f"  {line}")
     print(f"report: {out / REPORT}")
     return Comparison(out, analysis, record)
 
@@ -82,7 +83,7 @@ def _claim(out: Path, cfg: CompareConfig, data: str) -> None:
         return
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not a comparison directory; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    make_directory(out)
     write_text_atomic(path, json.dumps(design, indent=2))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmlab.data.dataset import Dataset, open_dataset
 from lmlab.eval.evaluate import score_texts
 from lmlab.eval.minimal_pairs import read_pairs
 from lmlab.eval.rules import rules_for
@@ -35,6 +36,8 @@ from lmlab.runs import Run
 BITS_PER_BYTE = "bits per byte"
 NEXT_TOKEN = "next-token accuracy"
 MINIMAL_PAIRS = "minimal pairs"
+# Held-out text is resampled document by document in the paired bootstrap: two at the least.
+MIN_DOCUMENTS = 2
 
 
 @dataclass(frozen=True)
@@ -72,13 +75,42 @@ class HeldOut:
 
     @classmethod
     def of(cls, run: Run, data: str | Path, max_tokens: int) -> HeldOut:
+        check_held_out(open_dataset(Path(data)), max_tokens)
         text = dataset_text(data, "validation", run, max_tokens)
-        if len(text.documents) < 2:
-            raise ValueError(f"{data}: the validation split needs at least 2 documents to "
-                             f"compare held-out text")
         decoded = run.tokenizer.decode_batch([d.tolist() for d in text.documents],
                                              skip_special_tokens=True)
         return cls(text, np.array([len(t.encode("utf-8")) for t in decoded], dtype=float))
+
+
+def check_held_out(dataset: Dataset, max_tokens: int) -> None:
+    """Fail, before any training, where the validation documents that `max_tokens`
+    (--eval-tokens) keeps are too few to compare, naming the value that keeps enough."""
+    needed = _tokens_keeping(dataset, MIN_DOCUMENTS)
+    count = len(dataset.validation.document_spans())
+    if needed is None:
+        raise ValueError(f"{dataset.path}: the validation split holds {count} document(s); "
+                         f"comparing held-out text needs at least {MIN_DOCUMENTS}: prepare the "
+                         f"data with a larger --validation-fraction")
+    if max_tokens < needed:
+        raise ValueError(f"--eval-tokens {max_tokens} keeps {MIN_DOCUMENTS - 1} of the {count} "
+                         f"validation documents of {dataset.path}; comparing held-out text "
+                         f"needs at least {MIN_DOCUMENTS}: give --eval-tokens {needed} or more")
+
+
+def _tokens_keeping(dataset: Dataset, documents: int) -> int | None:
+    """The least max_tokens for which the held-out text keeps `documents` non-empty validation
+    documents (lmlab.eval.texts takes one more while fewer than max_tokens are taken); None
+    where the split has fewer."""
+    stream, eos = dataset.validation, dataset.special.eos
+    taken = found = 0
+    for start, stop in stream.document_spans().tolist():
+        length = stop - start - int(stop > start and stream.read(stop - 1, stop)[0] == eos)
+        if length:
+            found += 1
+            if found == documents:
+                return taken + 1
+        taken += length
+    return None
 
 
 def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
