@@ -29,7 +29,13 @@ from lmlab.export.st_pooling import read_embedding
 from lmlab.model import LanguageModel
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
-from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER_SHA256, write_tokenizer
+from lmlab.runs.layout import (
+    CHECKPOINTS,
+    CONFIG,
+    TOKENIZER_SHA256,
+    seen_from_run,
+    write_tokenizer,
+)
 
 # Buffers some checkpoints carry that hold no learnt weight: BERT's position ids, old GPT-2
 # attention masks, rotary frequencies.
@@ -150,7 +156,7 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
         source, model.cfg.max_seq_len)
     config = {"model": model.cfg.to_dict(), "train": {"objective": objective},
               "heads": dict.fromkeys(model.heads, {}), "special_tokens": hf.roles,
-              "imported": {"from": str(source.resolve()),
+              "imported": {"from": seen_from_run(out, source),
                            "architectures": hf.config.get("architectures"), "family": family}}
     if embedding:
         config["embedding"] = embedding
@@ -159,5 +165,5 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
         publish_checkpoint(staging / CHECKPOINTS / checkpoint_name(0), 0,
                            untied(model.state_dict(), model), {"loop": {}},
-                           {"imported_from": str(source.resolve())})
+                           {"imported_from": source.name})
     return Imported(out, family, objective, tuple(model.heads), left_out, embedding, note)

@@ -27,7 +27,7 @@ from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
-from lmlab.runs.layout import prepare_run_dir
+from lmlab.runs.layout import prepare_run_dir, seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
@@ -128,7 +128,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
     validation_rows = task.encode(splits.validation, encoder, training=False)
 
     out = _out_dir(cfg)
-    config = _run_config(source, cfg, pretrained, model, task)
+    config = _run_config(out, cfg, pretrained, model, task)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
     if cfg.resume:
         config = resumed_config(out, config, budgets=())
@@ -182,11 +182,12 @@ def _load_pretrained(source: str | Path, cfg: FinetuneConfig) -> Run:
     return pretrained
 
 
-def _run_config(source: str | Path, cfg: FinetuneConfig, pretrained: Run,
-                model: LanguageModel, task: Task) -> dict:
+def _run_config(out: Path, cfg: FinetuneConfig, pretrained: Run, model: LanguageModel,
+                task: Task) -> dict:
     config = {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
               "pretraining": pretraining_config(pretrained.config),
-              "source": {"run": str(source), "checkpoint": str(pretrained.checkpoint)},
+              "source": {"run": seen_from_run(out, pretrained.path),
+                         "checkpoint": pretrained.checkpoint.name},
               "task": {"name": cfg.task, "labels": task.labels},
               "heads": {task.head: task.head_options()}}
     if "special_tokens" in pretrained.config:  # an imported run's own roles (BERT: no [BOS])

@@ -38,8 +38,21 @@ BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
 }
 
 
+# Each way of combining objectives: its form as help shows it, and a spec that runs (for the
+# end-to-end tests, which drive every objective the registry builds through every command).
+COMPOSITES = {
+    "mix": ("mix:A=w,B=w", "mix:clm=1,mlm=15"),
+    "alternate": ("alternate:A,B@steps", "alternate:span,prefix@1"),
+}
+
+
 def objective_names() -> list[str]:
-    return [*BASE_OBJECTIVES, "mix:A=w,B=w", "alternate:A,B@steps"]
+    return [*BASE_OBJECTIVES, *(form for form, _ in COMPOSITES.values())]
+
+
+def example_specs() -> list[str]:
+    """One runnable spec of every objective the registry builds, composites included."""
+    return [*BASE_OBJECTIVES, *(example for _, example in COMPOSITES.values())]
 
 
 def _base(name: str, special, options, word_starts, total_steps) -> Objective:

@@ -18,7 +18,7 @@ from lmlab.objectives.base import Batch, Objective, SpecialTokens
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
-from lmlab.runs.layout import prepare_run_dir
+from lmlab.runs.layout import prepare_run_dir, seen_from_run
 from lmlab.train import distributed
 from lmlab.train.budget import (
     DEADLINE_VALIDATIONS,
@@ -116,7 +116,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     model_cfg = model_config(cfg, objective, special)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
     config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
-              "dataset": str(dataset.path)}
+              "dataset": seen_from_run(out, dataset.path) if dataset.path else None}
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks = BlockBatches(dataset.train, cfg.seq_len, micro_size, packing(cfg, objective),
