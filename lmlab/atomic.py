@@ -1,4 +1,8 @@
-"""Atomic file writes: a reader sees the old file or the whole new one, never a part."""
+"""Atomic file writes: a reader sees the old file or the whole new one, never a part.
+
+A write that cannot start (a read-only or full disk, a missing permission) is reported about the
+path the user asked for, never the temporary name beside it that was being made.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +23,43 @@ def current_umask() -> int:
     return mask
 
 
+def not_writable(path: str | Path, error: OSError) -> OSError:
+    """`error`, met making `path` or a temporary name beside it, restated about `path`."""
+    restated = OSError(f"{path} cannot be written: {error.strerror or error}")
+    restated.errno = error.errno
+    return restated
+
+
+def make_directory(path: str | Path) -> None:
+    """`path` with its missing parents; a failure names `path` and says why."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise not_writable(path, error) from None
+
+
+def staging_directory(path: Path, prefix: str | None = None) -> Path:
+    """A new empty directory beside `path` to build it in (named `prefix`… or `.NAME.`…), with
+    the permissions of an ordinary new directory; a failure names `path`."""
+    try:
+        staging = tempfile.mkdtemp(dir=path.parent, prefix=prefix or f".{path.name}.",
+                                   suffix="" if prefix else ".tmp")
+    except OSError as error:
+        raise not_writable(path, error) from None
+    os.chmod(staging, 0o777 & ~current_umask())
+    return Path(staging)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """Write through a temporary file beside `path`, made durable and renamed over `path` when
     the block ends; on an error it is removed and `path` is untouched."""
     path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                             suffix=".tmp")
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                                 suffix=".tmp")
+    except OSError as error:
+        raise not_writable(path, error) from None
     try:
         with os.fdopen(descriptor, mode) as file:
             yield file
@@ -49,11 +83,10 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """A staging directory beside `path`, renamed to `path` (replacing what was there) when the
     block ends; on an error it is removed and `path` is untouched."""
     path = Path(path).resolve()  # a link to the directory: replace what it points to
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    make_directory(path.parent)
+    staging = staging_directory(path)
     try:
         yield staging
-        os.chmod(staging, 0o777 & ~current_umask())
         if path.exists():
             retired = staging.with_name(staging.name + ".old")
             os.replace(path, retired)

@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
@@ -47,7 +46,7 @@ import numpy as np
 import tokenizers
 from tokenizers import Encoding, Tokenizer
 
-from lmlab.atomic import current_umask
+from lmlab.atomic import make_directory, staging_directory
 from lmlab.cache import only_one_process
 from lmlab.data.cleaning import CleaningReport, clean, split_of
 from lmlab.data.errors import DataError
@@ -144,7 +143,7 @@ def _counted(documents: Iterable[str], stats: ReadStats) -> Iterator[str]:
 
 def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
              input_bytes: int | None) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(out.parent)
     # two runs started together on the built-in corpus: one prepares it, the other waits
     with only_one_process(out, f"waiting for another process preparing {out}"):
         if is_complete(out):  # made meanwhile by another process, or asked again
@@ -159,8 +158,7 @@ def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict]
 
 def _build_into(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
                 input_bytes: int | None) -> Path:
-    work = Path(tempfile.mkdtemp(prefix=f"{_partial_prefix(out)}{os.getpid()}-", dir=out.parent))
-    os.chmod(work, 0o777 & ~current_umask())  # the dataset gets the user's permissions
+    work = staging_directory(out, prefix=f"{_partial_prefix(out)}{os.getpid()}-")
     try:
         meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
                 "inputs": inputs, **_build(groups, recipe, work, input_bytes)}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmlab.atomic import write_text_atomic
+from lmlab.atomic import make_directory, write_text_atomic
 
 
 def write_json(result: dict, path: str | Path) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(path.parent)
     write_text_atomic(path, json.dumps(result, indent=2) + "\n")
 
 

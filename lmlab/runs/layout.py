@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
-from lmlab.atomic import atomic_write, write_text_atomic
+from lmlab.atomic import atomic_write, make_directory, write_text_atomic
 from lmlab.runs.checkpoints import list_checkpoints, remove_unfinished
 
 CONFIG = "config.json"
@@ -29,13 +28,6 @@ CURVES = "curves.png"
 
 class RunDirError(ValueError):
     """A run directory that cannot be used as asked, stated in one line."""
-
-
-def seen_from_run(out: Path, path: str | Path) -> str:
-    """`path` relative to the run directory `out`, as config.json records what a run was made
-    from (its data, its source): a run moved together with them still names them rightly, and
-    the record says nothing of the machine's folders."""
-    return os.path.relpath(Path(path).resolve(), Path(out).resolve())
 
 
 def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
@@ -62,7 +54,7 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
         else:
             _check_same_model(out, previous.get("model", {}), config.get("model", {}))
             _check_same_tokenizer(out, previous.get(TOKENIZER_SHA256), tokenizer_json)
-    out.mkdir(parents=True, exist_ok=True)
+    make_directory(out)
     if tokenizer_json:
         config = {**config, TOKENIZER_SHA256: write_tokenizer(out, tokenizer_json)}
     write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lmlab.command_line import add_command, add_device_argument
 
+MAX_PORT = 65535
+
 
 def add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve = add_command(commands, "serve", handler=serve_command,
@@ -31,14 +33,18 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if args.max_generations < 1:
         raise ValueError(f"--max-generations must be at least 1, got {args.max_generations}")
+    if not 0 <= args.port <= MAX_PORT:
+        raise ValueError(f"--port must be between 0 (any free port) and {MAX_PORT}, "
+                         f"got {args.port}")
     runs = RunTable.load(args.runs, usable_device(args.device))
     try:
         server = PlaygroundServer(runs, args.host, args.port, args.max_generations)
     except OSError as error:
-        if error.errno != errno.EADDRINUSE:
-            raise
-        raise ValueError(f"port {args.port} on {args.host} is in use; pick another, such as "
-                         f"--port {args.port + 1}") from None
+        if error.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {args.port} on {args.host} is in use; pick another, such "
+                             f"as --port {args.port + 1}") from None
+        raise ValueError(f"cannot listen on {args.host} port {args.port}: "
+                         f"{error.strerror or error}") from None
     names = ", ".join([served.name for served in runs.served]
                       + [comparison.name for comparison in runs.comparisons])
     print(f"serving {names} at {server.url} (Ctrl-C to stop)", flush=True)
