@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,6 +29,13 @@ CURVES = "curves.png"
 
 class RunDirError(ValueError):
     """A run directory that cannot be used as asked, stated in one line."""
+
+
+def seen_from_run(out: Path, path: str | Path) -> str:
+    """`path` relative to the run directory `out`, as config.json records what a run was made
+    from (its data, its source): a run moved together with them still names them rightly, and
+    the record says nothing of the machine's folders."""
+    return os.path.relpath(Path(path).resolve(), Path(out).resolve())
 
 
 def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
