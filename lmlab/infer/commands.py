@@ -54,11 +54,12 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--json", action="store_true", help="one JSON object per sample")
     _add_threads_argument(gen)
 
-    emb = add_command(commands, "embed", help="one vector per text, saved as .npy",
+    emb = add_command(commands, "embed", help="one vector per text, saved as .npy or printed",
                       handler=embed_command)
     add_run_arguments(emb)
     _add_text_arguments(emb, "texts")
-    emb.add_argument("--out", type=Path, required=True, help="the .npy file to write")
+    emb.add_argument("--out", type=Path, help="the .npy file to write; none = one JSON "
+                     "object per text on stdout, its text and its embedding")
     emb.add_argument("--pooling", choices=POOLINGS,
                      help="average the text's tokens, or every token read ([CLS]/[SEP] too), "
                      "or take the first position; default: the run's own (an imported "
@@ -174,16 +175,22 @@ def _note_finish(result: Generation, run: Run) -> None:
 
 
 def embed_command(args: argparse.Namespace) -> int:
+    from lmlab.atomic import make_directory
     from lmlab.infer.embed import embed, embedding_reading, save_npy
     from lmlab.infer.threads import threads_for
 
-    check_output_file(args.out, "vectors.npy")
+    if args.out is not None:
+        check_output_file(args.out, "vectors.npy")
     texts = _read_texts(args)
     with threads_for(min(len(texts or args.ids), args.batch_size), args.threads):
         run = _load(args)
         pooling, normalize = embedding_reading(run, args.pooling, args.normalize)
         vectors = embed(run, _inputs(args, texts, run), pooling, normalize, args.batch_size)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out is None:
+        for text, vector in zip(args.ids or texts, vectors, strict=True):
+            print(json.dumps({"text": text, "embedding": vector.tolist()}))
+        return 0
+    make_directory(args.out.parent)
     save_npy(vectors, args.out)
     print(f"{len(vectors)} embeddings of {vectors.shape[1]} dimensions ({pooling} pooling"
           f"{', normalised' if normalize else ''}) written to {args.out}")
