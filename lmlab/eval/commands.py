@@ -26,8 +26,8 @@ def add_eval_command(commands) -> None:
     parser.add_argument("--stride", type=int,
                         help="tokens a window moves by on long documents; default: half the "
                              "model's context")
-    parser.add_argument("--max-tokens", type=int, help="score only the first documents, "
-                                                       "until they hold this many tokens")
+    parser.add_argument("--max-tokens", type=int, help="score only the text's first this many "
+                                                       "tokens (the last document read is cut)")
     parser.add_argument("--text-field", default="text", help="JSONL field to read")
     parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
                         help="padded tokens per forward pass")

@@ -3,7 +3,7 @@
 A prepared dataset gives a split's documents as stored (its [EOS] dropped; the bytes come
 from decoding them); raw text files (.txt, .jsonl, ...) are read as `lmlab prepare` reads
 them and tokenised with the run's tokenizer, as given. With `max_tokens`, documents are taken
-in order until they hold at least that many tokens.
+in order until they hold that many tokens, the last one cut to fit.
 """
 
 from __future__ import annotations
@@ -35,13 +35,17 @@ class EvalText:
         return sum(len(d) for d in self.documents)
 
 
-def _take(items: Iterable, max_tokens: int | None, size: Callable = len) -> Iterator:
-    """Items in order until they hold at least `max_tokens` tokens (all when None)."""
-    total = 0
+def _take(items: Iterable, max_tokens: int | None, size: Callable = len,
+          cut: Callable = lambda item, tokens: item[:tokens]) -> Iterator:
+    """Items in order until they hold `max_tokens` tokens (all when None); the last one is
+    `cut` to the tokens left for it."""
+    left = max_tokens
     for item in items:
-        if max_tokens is not None and total >= max_tokens:
+        if left is not None and left <= 0:
             return
-        total += size(item)
+        if left is not None and size(item) > left:
+            item = cut(item, left)
+        left = None if left is None else left - size(item)
         yield item
 
 
@@ -104,11 +108,21 @@ def file_text(sources: Sequence[str], run: Run, text_field: str = "text",
                 batch = []
         yield from _encoded(tokenizer, batch)
 
-    chosen = list(_take(encoded(), max_tokens, size=lambda item: len(item[0])))
+    chosen = list(_take(encoded(), max_tokens, size=lambda item: len(item[0]),
+                        cut=lambda item, tokens: _cut(tokenizer, item, tokens)))
     invalid = sum(count for _, _, count in chosen)
     return EvalText(" ".join(map(str, sources)), [ids for ids, _, _ in chosen],
                     sum(len(text.encode("utf-8")) for _, text, _ in chosen) - 2 * invalid,
                     invalid)
+
+
+def _cut(tokenizer: Tokenizer, item: tuple[np.ndarray, str, int],
+         tokens: int) -> tuple[np.ndarray, str, int]:
+    """A text's first `tokens` tokens, with the text they cover (as far as the last one's
+    end) and the invalid bytes in it: each is one U+FFFD there."""
+    ids, text, invalid = item
+    end = tokenizer.encode(text, add_special_tokens=False).offsets[tokens - 1][1]
+    return ids[:tokens], text[:end], min(invalid, text[:end].count("\ufffd"))
 
 
 def _encoded(tokenizer: Tokenizer, batch: list[tuple[str, int]]
