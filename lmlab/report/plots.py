@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 from lmlab.atomic import atomic_write
@@ -74,14 +76,46 @@ def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str,
     save_png(figure, out_path)
 
 
+@cache
+def _characters(font_path: str) -> frozenset[int]:
+    """The code points a font file has glyphs for (none for a file FreeType cannot read)."""
+    from matplotlib import ft2font
+
+    try:
+        return frozenset(ft2font.FT2Font(font_path).get_charmap())
+    except (OSError, RuntimeError):
+        return frozenset()
+
+
+def label_font(labels: Sequence[str]):
+    """A font drawing every character of `labels` (matplotlib's default when it does, else
+    the first installed one that does, such as Noto CJK for Chinese), or None when no
+    installed font does: matplotlib would draw boxes and warn of each missing glyph."""
+    from matplotlib import font_manager
+
+    needed = {ord(c) for label in labels for c in label if not c.isspace()}
+    default = font_manager.findfont(font_manager.FontProperties())
+    # Last Resort maps every character to a box naming its Unicode block: drawn, not read.
+    paths = dict.fromkeys([default, *(font.fname for font in font_manager.fontManager.ttflist
+                                      if not font.name.startswith("Last Resort"))])
+    return next((font_manager.FontProperties(fname=path) for path in paths
+                 if needed <= _characters(path)), None)
+
+
 def plot_confusion_matrix(matrix, labels: list[str], out_path: Path) -> None:
-    """Counts of gold (rows) against predicted (columns) labels, each cell annotated."""
+    """Counts of gold (rows) against predicted (columns) labels, each cell annotated. Labels no
+    installed font can draw are shown by their index in the run's label list."""
     plt = pyplot()
     size = max(4.0, 0.6 * len(labels) + 2)
     figure, axis = plt.subplots(figsize=(size, size))
     axis.imshow(matrix, cmap="Blues")
-    axis.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-    axis.set_yticks(range(len(labels)), labels)
+    font = label_font(labels)
+    names = labels if font is not None else [str(i) for i in range(len(labels))]
+    axis.set_xticks(range(len(labels)), names, rotation=45, ha="right", fontproperties=font)
+    axis.set_yticks(range(len(labels)), names, fontproperties=font)
+    if font is None:
+        axis.set_title("labels by their index in config.json's task labels\n"
+                       "(no installed font draws their names)", fontsize=8)
     axis.set_xlabel("predicted")
     axis.set_ylabel("gold")
     peak = matrix.max() if matrix.size else 0
