@@ -83,6 +83,11 @@ def _shown(run: Run, ids: list[int]) -> str:
     return run.tokenizer.decode(ids, skip_special_tokens=False)
 
 
+def _one_line(text: str) -> str:
+    """A passage as one line of the terminal: its line breaks and runs of spaces as one."""
+    return " ".join(text.split())
+
+
 def _with_mask(run: Run, ids: list[int], where: int) -> str:
     """The passage with its token at `where` shown as [MASK], keeping the space that
     byte-level BPE carries inside the hidden token (" the"), which a decoded mask loses."""
@@ -104,7 +109,7 @@ def _fill_mask_lines(run: Run, dataset: Dataset) -> list[str]:
                               top_k=5)[0]
     ranked = "  ".join(f"{c.token.strip() or repr(c.token)} ({c.probability:.2f})"
                        for c in candidates)
-    return [f"  fill-mask on held-out text {_with_mask(run, ids, where)!r}",
+    return [f"  fill-mask on held-out text {_one_line(_with_mask(run, ids, where))!r}",
             f"    hidden: {_shown(run, [ids[where]]).strip()!r}; the model's guesses: {ranked}"]
 
 
@@ -117,7 +122,7 @@ def _continuation_lines(run: Run, dataset: Dataset) -> list[str]:
     result = generate(run, prompt, new_tokens, greedy=True)
     # infilling fills the gap left at the prompt's end: that fill is the continuation
     continuation = result.fills[-1] if result.fills else str(result)
-    return [f"  continuation of held-out {_shown(run, prompt)!r}: {continuation!r}"]
+    return [f"  continuation of held-out {_one_line(_shown(run, prompt))!r}: {continuation!r}"]
 
 
 def _example(out: Path, dataset: Dataset) -> tuple[list[str], str]:
