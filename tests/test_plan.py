@@ -4,6 +4,7 @@ as a pretrain command lmlab's own parser reads, and one-line errors for bad inpu
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import torch
 import lmlab
 from lmlab.cli import build_parser, main
 from lmlab.command_line import config_from_args
-from lmlab.compare import plan as planning
+from lmlab.compare import plan_timing
 from lmlab.compare.plan import plan
 from lmlab.compare.plan_table import format_plan
 from lmlab.compare.scaling import CHINCHILLA
@@ -42,6 +43,20 @@ def training_tokens(data: str) -> int:
     return open_dataset(data).train.num_tokens
 
 
+def fake_steps(seconds_per_parameter_row: float, calls: list, sleep: float = 0.0):
+    """step_seconds that reports a step time in proportion to the model's parameters and the
+    rows (taking `sleep` seconds of real time a step), and notes what it was asked to time:
+    (parameters, rows, runs)."""
+
+    def step_seconds(model, objective, special, rows, *args, runs, **kwargs):
+        calls.append((model.num_parameters(), rows, runs))
+        for _ in range(runs):
+            time.sleep(sleep)
+            yield model.num_parameters() * rows * seconds_per_parameter_row
+
+    return step_seconds
+
+
 def test_the_fit_by_hand():
     # L(1e8, 2e9) = 1.8172 + 482.01 / 1e8^0.3478 + 2085.43 / 2e9^0.3658
     #             = 1.8172 + 482.01 / 605.899 + 2085.43 / 2525.32 = 1.8172 + 0.79553 + 0.82581
@@ -58,7 +73,9 @@ def test_the_fit_by_hand():
     assert CHINCHILLA.flops_optimal_for(d_opt) == pytest.approx(1e18, rel=1e-9)
 
 
-def test_a_token_budget_table_and_its_pretrain_command(data):
+def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
+    # steady step times, so that no size goes untimed on a busy machine
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(1e-8, []))
     budget = training_tokens(data) * 3  # under four passes: no warning
     result = plan("mlm", tokens=budget, data=data, sizes="tiny,mini", **FAST)
     special = open_dataset(data).special
@@ -68,12 +85,17 @@ def test_a_token_budget_table_and_its_pretrain_command(data):
         assert c.flops_per_token == objective_flops_per_token(
             preset(c.model, special.vocab_size, 32), 32, objective, 4)
         assert 0 < c.non_embedding_parameters < c.parameters
-        assert c.tokens == budget and c.fits and c.seconds_per_step > 0
+        assert c.tokens == budget and c.fits
+        assert c.seconds_per_step == pytest.approx(c.parameters * 4 * 1e-8)  # 4 rows
         assert c.tokens_per_second == pytest.approx(4 * 32 / c.seconds_per_step)
         assert c.minutes == pytest.approx(budget / c.tokens_per_second / 60)
         assert c.tokens_per_parameter == budget / c.non_embedding_parameters
         assert c.passes == pytest.approx(3)
-        assert c.predicted_loss == CHINCHILLA.loss(c.parameters, budget)
+    # the fit's losses only as differences from the lowest: they compare candidates
+    losses = [CHINCHILLA.loss(c.parameters, budget) for c in result.candidates]
+    assert [c.fit_loss_above_best for c in result.candidates] == \
+        [loss - min(losses) for loss in losses]
+    assert min(c.fit_loss_above_best for c in result.candidates) == 0
     # the budget's compute is where its tokens are compute-optimal
     assert result.optimum.tokens == pytest.approx(budget)
     closest = min(result.candidates,
@@ -86,7 +108,8 @@ def test_a_token_budget_table_and_its_pretrain_command(data):
             config.data) == ("mlm", closest.model, str(budget), 32, 4, data)
     table = format_plan(result)
     assert "bert-mini" in table and f"{closest.model} *" in table and result.command in table
-    assert "warning" not in table
+    assert "warning" not in table and "fit: loss above best" in table
+    assert "compares candidates only, and is no loss a run will show" in table
 
 
 def test_more_than_four_passes_warns_in_the_table_and_the_json(data, tmp_path, capsys):
@@ -111,18 +134,18 @@ def test_more_than_four_passes_warns_in_the_table_and_the_json(data, tmp_path, c
 
 
 def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch):
-    timed = planning.step_seconds
+    steady = fake_steps(1e-8, [])
 
     def step_seconds(model, *args, **kwargs):
         if model.num_parameters() > 10**6:
             raise torch.OutOfMemoryError("CUDA out of memory")
-        yield from timed(model, *args, **kwargs)
+        yield from steady(model, *args, **kwargs)
 
-    monkeypatch.setattr(planning, "step_seconds", step_seconds)
+    monkeypatch.setattr(plan_timing, "step_seconds", step_seconds)
     result = plan("clm", minutes=0.1, data=data, sizes=["tiny", "mini"], **FAST)
     tiny, mini = result.candidates
     assert tiny.fits and tiny.tokens % (4 * 32) == 0 and tiny.tokens > 0
-    assert (mini.seconds_per_step, mini.tokens, mini.fits, mini.predicted_loss) == \
+    assert (mini.seconds_per_step, mini.tokens, mini.fits, mini.fit_loss_above_best) == \
         (None, 0, False, None)
     assert result.optimum.flops == tiny.tokens * tiny.flops_per_token
     assert result.recommended == "gpt2-tiny"
@@ -130,6 +153,70 @@ def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch)
     assert [w for w in result.warnings if "out of memory" in w] == \
         ["gpt2-mini: out of memory at --batch-size 4 and --seq-len 32"]
     assert "out of memory" in format_plan(result)
+
+
+def test_sizes_that_timing_would_take_past_a_share_of_the_budget_are_not_timed(data,
+                                                                               monkeypatch):
+    calls = []
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(2.5e-7, calls))
+    result = plan("clm", minutes=1, data=data, sizes="tiny,mini,small,medium,base", **FAST)
+    # a minute's 5% is under the least a plan may spend: 5 s for timing
+    assert result.timing_allowance_seconds == 5.0 and result.timing_seconds > 0
+    tiny, *larger = result.candidates
+    assert tiny.seconds_per_step == pytest.approx(tiny.parameters * 4 * 2.5e-7) and tiny.fits
+    # every size is probed with one row; only tiny is timed beyond that
+    assert calls == [(tiny.parameters, 1, 1), (tiny.parameters, 4, 2),
+                     *[(c.parameters, 1, 1) for c in larger]]
+    for c in larger:
+        assert (c.seconds_per_step, c.fits) == (None, False)
+        assert f"warning: {c.model}: {c.not_timed}" in format_plan(result)
+        # its row's time times the batch's four rows: longer than the minute, or a warm-up
+        # and a step past what is left of the 5 s
+        estimate = c.parameters * 2.5e-7 * 4
+        assert c.not_timed.startswith(f"not timed: a step would take about {estimate:.3g} s "
+                                      f"(one row timed), longer than the whole budget"
+                                      if estimate > 60 else
+                                      f"not timed: its warm-up and one step would take about "
+                                      f"{2 * estimate:.3g} s (one row timed), past what is left "
+                                      f"of the plan's 5 s for timing")
+    assert "longer than the whole budget" in larger[-1].not_timed  # base
+    assert "past what is left" in larger[0].not_timed  # mini
+    assert result.recommended == "gpt2-tiny"
+    assert "timing took" in format_plan(result) and "of the 5 s allowed" in format_plan(result)
+
+
+def test_a_size_whose_step_outlasts_a_time_budget_is_not_timed(data, monkeypatch):
+    calls = []
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(1e-8, calls))
+    result = plan("clm", minutes=0.0005, data=data, sizes="tiny,mini", **FAST)  # 30 ms
+    tiny, mini = result.candidates
+    assert tiny.fits and mini.seconds_per_step is None
+    assert calls[-1] == (mini.parameters, 1, 1)  # probed, never timed
+    assert mini.not_timed.startswith("not timed: a step would take about")
+    assert mini.not_timed.endswith("(one row timed), longer than the whole budget")
+
+
+def test_a_timing_under_way_stops_once_the_allowance_is_spent(data, monkeypatch):
+    calls = []
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(1e-9, calls, sleep=0.15))
+    monkeypatch.setattr(plan_timing, "MIN_TIMING_SECONDS", 0.2)
+    result = plan("clm", minutes=0.01, data=data, sizes="tiny", seq_len=32, batch_size=4,
+                  steps_to_time=5)
+    # a probe, then a warm-up and five steps asked for (1.05 s in all); the 0.2 s allowance
+    # stopped the timing after its warm-up and one step
+    assert [runs for _, _, runs in calls] == [1, 6]
+    assert result.timing_allowance_seconds == 0.2
+    assert 0.45 <= result.timing_seconds < 0.9
+    (tiny,) = result.candidates
+    assert tiny.seconds_per_step == pytest.approx(tiny.parameters * 4 * 1e-9)
+
+
+def test_the_help_states_the_timing_allowance(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert (f"at most {plan_timing.TIMING_SHARE:.0%} of the budget's time on it (at least "
+            f"{plan_timing.MIN_TIMING_SECONDS:g} s;") in shown
 
 
 @pytest.mark.parametrize("arguments,message", [

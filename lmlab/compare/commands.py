@@ -28,13 +28,15 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
         commands, "plan", help="choose a model size for a pre-training budget",
         handler=plan_command,
         description="Time each candidate model size for a few training steps of the objective "
-                    "on this machine, then show per size its parameters, FLOPs per token, "
-                    "speed, the tokens the budget reaches, the passes over the data and the "
-                    "loss predicted by a Chinchilla fit (Besiroglu et al. 2024's refit of "
-                    f"Hoffmann et al. 2022: {fit}; fitted to causal LMs on MassiveText with "
-                    "its tokenizer, so across objectives and tokenizers the loss compares "
-                    "sizes and is no promise), the fit's compute-optimal size, and the lmlab "
-                    "pretrain command for the candidate closest to it.")
+                    "on this machine, spending at most 5% of the budget's time on it (at least "
+                    "5 s; a size that cannot be timed in that is left untimed, and said so), "
+                    "then show per size its parameters, FLOPs per token, speed, the tokens the "
+                    "budget reaches, the passes over the data and how much higher a Chinchilla "
+                    "fit puts its loss than the lowest among the candidates (Besiroglu et al. "
+                    f"2024's refit of Hoffmann et al. 2022: {fit}; fitted to causal LMs on "
+                    "MassiveText with its tokenizer, so it compares candidates and promises no "
+                    "loss), the fit's compute-optimal size, and the lmlab pretrain command for "
+                    "the candidate closest to it.")
     specs = field_specs(TrainConfig)
     add_config_options(parser, {name: specs[name] for name in TRAINING_OPTIONS})
     budget = parser.add_argument_group("budget (exactly one)")
@@ -47,7 +49,8 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--sizes", help=f"comma-separated preset sizes (default: all, "
                                          f"{','.join(SIZES)})")
     parser.add_argument("--steps-to-time", type=int, default=3,
-                        help="timed training steps per size, after one warm-up step")
+                        help="timed training steps per size, after one warm-up step (fewer "
+                             "where the timing allowance runs out)")
     parser.add_argument("--out", type=Path, help="also write the plan here as JSON")
 
 

@@ -1,12 +1,14 @@
 """`lmlab plan`: which model size to pre-train for a budget, measured on this machine.
 
-Each candidate preset is built and timed for a few training steps of the objective on random
-tokens, as `lmlab pretrain` times a `--minutes` budget. Its row gives the parameters, training
-FLOPs per token (`objective_flops_per_token`: the objective's own predicted share), the measured
-speed, the tokens the budget reaches, and the loss the Chinchilla-style fit predicts for them
-(lmlab.compare.scaling: a guide between sizes, not a promise). The recommendation is the
-candidate that fits the budget and lies closest, in log parameters, to the fit's
-compute-optimal size.
+Each candidate preset is counted, then timed for a few training steps of the objective on
+random tokens, as `lmlab pretrain` times a `--minutes` budget, within a small share of the
+budget (lmlab.compare.plan_timing: a size that cannot be timed in it is left untimed, and
+said so). Its row gives the parameters, training FLOPs per token (`objective_flops_per_token`:
+the objective's own predicted share), the measured speed, the tokens the budget reaches, and
+how much higher the Chinchilla-style fit puts its loss than the lowest among the candidates
+(lmlab.compare.scaling: fitted elsewhere, so its values compare candidates and promise no
+loss). The recommendation is the candidate that fits the budget and lies closest, in log
+parameters, to the fit's compute-optimal size.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from tqdm import tqdm
 
+from lmlab.compare.plan_timing import Size, Timings, time_sizes
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.model import LanguageModel
@@ -29,7 +31,7 @@ from lmlab.objectives.registry import build_objective
 from lmlab.presets import FAMILIES, SIZES, preset
 from lmlab.train.budget import parse_count
 from lmlab.train.config import TrainConfig, check_before_data
-from lmlab.train.pretrain import auto_family, step_seconds
+from lmlab.train.pretrain import auto_family
 from lmlab.train.throughput import objective_flops_per_token
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
@@ -76,13 +78,17 @@ class Candidate:
     parameters: int
     non_embedding_parameters: int  # without the token embedding
     flops_per_token: float  # training FLOPs, with the objective's vocabulary share
-    seconds_per_step: float | None  # measured; None when a step ran out of memory
+    seconds_per_step: float | None  # measured; None when not timed (see not_timed)
+    not_timed: str | None  # why there is no step time: out of memory, or too slow to time
     tokens_per_second: float | None
     tokens: int  # what the budget reaches (whole steps for a time budget)
     minutes: float | None  # to train those tokens at the measured speed
     tokens_per_parameter: float  # per non-embedding parameter
     passes: float  # over the dataset's training split
-    predicted_loss: float | None  # the fit's L(parameters, tokens); None without tokens
+    # The fit's L(parameters, tokens) less the lowest among the candidates: it orders them,
+    # and is no loss a run will show (the fit is for other data, tokenizer and sizes). None
+    # without tokens.
+    fit_loss_above_best: float | None
     fits: bool  # it ran, and the budget holds at least one step
 
 
@@ -93,13 +99,11 @@ class Optimum:
     flops: float
     parameters: float
     tokens: float
-    loss: float
 
     @classmethod
     def for_flops(cls, flops: float) -> Optimum:
         parameters = CHINCHILLA.optimal_parameters(flops)
-        tokens = flops / (6 * parameters)
-        return cls(flops, parameters, tokens, CHINCHILLA.loss(parameters, tokens))
+        return cls(flops, parameters, flops / (6 * parameters))
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,8 @@ class Plan:
     recommended: str | None  # the preset to train, when one fits
     command: str | None  # `lmlab pretrain ...` for it
     warnings: list[str]
+    timing_seconds: float  # spent timing the sizes
+    timing_allowance_seconds: float  # what the budget allowed for it
 
     def to_dict(self) -> dict:
         return {**asdict(self), "fit": asdict(CHINCHILLA)}
@@ -132,7 +138,8 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     on `data` (a prepared dataset; None = the built-in corpus, prepared once). `family` is
     bert, gpt2, modern or auto (as `lmlab pretrain --model auto` chooses: bert for objectives
     that only read bidirectionally, else gpt2); `sizes` are preset sizes (default: all). Each
-    is timed for `steps_to_time` steps after a warm-up one."""
+    is timed for `steps_to_time` steps after a warm-up one, as far as a small share of the
+    budget allows (lmlab.compare.plan_timing)."""
     budget = Budget.read(minutes, flops, tokens)
     data = None if data is None else str(data)
     sizes = _sizes(sizes)
@@ -147,9 +154,9 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     built = build_objective(objective, dataset.special, word_starts=dataset.word_starts)
     family = auto_family(built) if family == "auto" else family
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    with tqdm(total=len(sizes) * (1 + steps_to_time), desc="timing", unit="step") as bar:
-        candidates = [_measure(f"{family}-{size}", config, built, dataset, budget, device,
-                               steps_to_time, bar) for size in sizes]
+    counted = [_size(f"{family}-{size}", config, built, dataset) for size in sizes]
+    timings = time_sizes(counted, built, dataset, config, budget, steps_to_time, device)
+    candidates = _candidates(counted, timings, config, dataset, budget)
     flops_budget = _budget_flops(budget, candidates)
     optimum = Optimum.for_flops(flops_budget) if flops_budget else None
     # Without an optimum no candidate trained a step, so none fits.
@@ -161,7 +168,8 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
         training_tokens=dataset.train.num_tokens, candidates=candidates, optimum=optimum,
         recommended=None if best is None else best.model,
         command=None if best is None else _pretrain_command(best, config),
-        warnings=_warnings(candidates, config, dataset.train.num_tokens, best))
+        warnings=_warnings(candidates, dataset.train.num_tokens, best),
+        timing_seconds=timings.spent, timing_allowance_seconds=timings.allowance)
 
 
 def _sizes(sizes: Sequence[str] | str | None) -> list[str]:
@@ -176,46 +184,45 @@ def _sizes(sizes: Sequence[str] | str | None) -> list[str]:
     return names
 
 
-def _measure(name: str, config: TrainConfig, objective: Objective, dataset: Dataset,
-             budget: Budget, device: torch.device, steps_to_time: int, bar: tqdm) -> Candidate:
-    bar.set_description(f"timing {name}")
+def _size(name: str, config: TrainConfig, objective: Objective, dataset: Dataset) -> Size:
+    """A preset counted on the meta device: no memory, no time, whatever its size."""
     model_cfg = preset(name, dataset.special.vocab_size, config.seq_len)
-    model = LanguageModel(model_cfg, heads=objective.heads).to(device)
-    per_token = objective_flops_per_token(model_cfg, config.seq_len, objective,
-                                          config.batch_size)
-    seconds = _seconds_per_step(model, objective, dataset, config, steps_to_time, bar)
+    with torch.device("meta"):
+        model = LanguageModel(model_cfg, heads=objective.heads)
+    return Size(name, model_cfg, model.num_parameters(),
+                model.num_parameters(include_embeddings=False),
+                objective_flops_per_token(model_cfg, config.seq_len, objective,
+                                          config.batch_size))
+
+
+def _candidates(sizes: list[Size], timings: Timings, config: TrainConfig, dataset: Dataset,
+                budget: Budget) -> list[Candidate]:
     tokens_per_step = config.batch_size * config.seq_len
-    if budget.kind == "minutes":
-        tokens = 0 if seconds is None else int(budget.amount * 60 / seconds) * tokens_per_step
-    else:
-        tokens = int(budget.amount if budget.kind == "tokens" else budget.amount / per_token)
-    parameters = model.num_parameters()
-    non_embedding = model.num_parameters(include_embeddings=False)
-    measured = seconds is not None
-    return Candidate(
-        model=name, parameters=parameters, non_embedding_parameters=non_embedding,
-        flops_per_token=per_token, seconds_per_step=seconds,
-        tokens_per_second=tokens_per_step / seconds if measured else None, tokens=tokens,
-        minutes=tokens / tokens_per_step * seconds / 60 if measured else None,
-        tokens_per_parameter=tokens / non_embedding,
-        passes=tokens / dataset.train.num_tokens,
-        predicted_loss=CHINCHILLA.loss(parameters, tokens) if tokens else None,
-        fits=measured and tokens >= tokens_per_step)
-
-
-def _seconds_per_step(model: LanguageModel, objective: Objective, dataset: Dataset,
-                      config: TrainConfig, steps_to_time: int, bar: tqdm) -> float | None:
-    """The fastest timed step after a warm-up one (as pretrain reads its timing); None when
-    a step does not fit in the accelerator's memory."""
-    timings = []
-    try:
-        for seconds in step_seconds(model, objective, dataset.special, config.batch_size,
-                                    config.seq_len, config.precision, runs=1 + steps_to_time):
-            timings.append(seconds)
-            bar.update()
-    except torch.OutOfMemoryError:
-        return None
-    return min(timings[1:])
+    found = []
+    for size in sizes:
+        seconds = timings.seconds.get(size.name)
+        if budget.kind == "minutes":
+            steps = 0 if seconds is None else int(budget.amount * 60 / seconds)
+            tokens = steps * tokens_per_step
+        else:
+            tokens = int(budget.amount if budget.kind == "tokens"
+                         else budget.amount / size.flops_per_token)
+        measured = seconds is not None
+        found.append(dict(
+            model=size.name, parameters=size.parameters,
+            non_embedding_parameters=size.non_embedding_parameters,
+            flops_per_token=size.flops_per_token, seconds_per_step=seconds,
+            not_timed=timings.untimed.get(size.name),
+            tokens_per_second=tokens_per_step / seconds if measured else None, tokens=tokens,
+            minutes=tokens / tokens_per_step * seconds / 60 if measured else None,
+            tokens_per_parameter=tokens / size.non_embedding_parameters,
+            passes=tokens / dataset.train.num_tokens,
+            fits=measured and tokens >= tokens_per_step))
+    losses = [CHINCHILLA.loss(c["parameters"], c["tokens"]) if c["tokens"] else None
+              for c in found]
+    lowest = min((loss for loss in losses if loss is not None), default=0.0)
+    return [Candidate(**c, fit_loss_above_best=None if loss is None else loss - lowest)
+            for c, loss in zip(found, losses, strict=True)]
 
 
 def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
@@ -239,13 +246,12 @@ def _pretrain_command(candidate: Candidate, config: TrainConfig) -> str:
     return shlex.join(words)
 
 
-def _warnings(candidates: list[Candidate], config: TrainConfig, training_tokens: int,
+def _warnings(candidates: list[Candidate], training_tokens: int,
               best: Candidate | None) -> list[str]:
     found = []
     for c in candidates:
-        if c.seconds_per_step is None:
-            found.append(f"{c.model}: out of memory at --batch-size {config.batch_size} and "
-                         f"--seq-len {config.seq_len}")
+        if c.not_timed is not None:
+            found.append(f"{c.model}: {c.not_timed}")
         elif not c.fits:
             found.append(f"{c.model}: the budget holds less than one step")
         if c.passes > USEFUL_PASSES:

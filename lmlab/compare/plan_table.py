@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from lmlab.compare.plan import USEFUL_PASSES, Budget, Candidate, Plan
+from lmlab.compare.plan_timing import MIN_TIMING_SECONDS, TIMING_SHARE
 from lmlab.eval.report import text_table
 from lmlab.train.budget import format_count
 
 HEADER = ["model", "parameters", "non-embedding", "FLOPs/token", "tokens/s", "tokens",
-          "minutes", "tokens/param", "passes", "predicted loss"]
+          "minutes", "tokens/param", "passes", "fit: loss above best"]
 
 
 def format_plan(plan: Plan) -> str:
     data = plan.data or "the built-in corpus"
     lines = [f"objective {plan.objective}, budget {_budget(plan.budget)}, seq-len "
              f"{plan.seq_len}, batch size {plan.batch_size}, {plan.precision} on {plan.device}",
-             f"data: {data}, {plan.training_tokens:,} training tokens", ""]
+             f"data: {data}, {plan.training_tokens:,} training tokens",
+             f"timing took {plan.timing_seconds:.1f} s of the {plan.timing_allowance_seconds:.3g} "
+             f"s allowed ({TIMING_SHARE:.0%} of the budget's time, at least "
+             f"{MIN_TIMING_SECONDS:g} s)", ""]
     rows = [_row(c, c.model == plan.recommended) for c in plan.candidates]
     lines += text_table(HEADER, rows)
     lines += ["", f"* recommended; ! more than {USEFUL_PASSES} passes over the data", ""]
@@ -22,10 +26,12 @@ def format_plan(plan: Plan) -> str:
         best = plan.optimum
         lines.append(f"compute-optimal for {best.flops:.3g} FLOPs under the fit: "
                      f"{format_count(best.parameters)} parameters, {format_count(best.tokens)} "
-                     f"tokens, predicted loss {best.loss:.3f}")
-    lines.append("(the Chinchilla fit of Besiroglu et al. 2024 / Hoffmann et al. 2022: causal "
-                 "LMs of 70M-16B parameters on 5B-500B tokens of MassiveText, with its "
-                 "tokenizer; its losses compare sizes, they do not promise values)")
+                     f"tokens")
+    lines.append("fit: loss above best = the Chinchilla fit's loss L(N, D) for the candidate less "
+                 "the lowest among these candidates, in nats: it compares candidates only, and "
+                 "is no loss a run will show (Besiroglu et al. 2024's refit of Hoffmann et al. "
+                 "2022, to causal LMs of 70M-16B parameters on 5B-500B tokens of MassiveText "
+                 "with its tokenizer)")
     lines += [f"warning: {warning}" for warning in plan.warnings]
     if plan.command is not None:
         lines += ["", plan.command]
@@ -45,9 +51,9 @@ def _row(c: Candidate, recommended: bool) -> list[str]:
     return [
         c.model + (" *" if recommended else ""), format_count(c.parameters),
         format_count(c.non_embedding_parameters), f"{c.flops_per_token:.3g}",
-        format_count(c.tokens_per_second) if measured else "out of memory",
+        format_count(c.tokens_per_second) if measured else "-",
         format_count(c.tokens), f"{c.minutes:.1f}" if measured else "-",
         f"{c.tokens_per_parameter:.3g}",
         format_count(c.passes) + ("!" if c.passes > USEFUL_PASSES else ""),
-        "-" if c.predicted_loss is None else f"{c.predicted_loss:.3f}",
+        "-" if c.fit_loss_above_best is None else f"+{c.fit_loss_above_best:.3f}",
     ]
