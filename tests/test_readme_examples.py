@@ -1,6 +1,7 @@
-"""README's `lmlab ...` examples hold: every option they name is one their subcommand takes,
-and the examples that use a trained run (`lmlab COMMAND runs/NAME ...`) run, as written, on
-tiny runs laid out under the names the README gives them."""
+"""The `lmlab ...` examples of README.md and docs/*.md hold: every option they name is one
+their subcommand takes, README's table names every subcommand, and the examples that use a
+trained run (`lmlab COMMAND runs/NAME ...`) run, as written, on tiny runs laid out under the
+names the documentation gives them."""
 
 import json
 import os
@@ -18,31 +19,36 @@ from tests.serve_runs import make_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`(lmlab [^`]+)`")
 COMMAND = re.compile(r"(?:^|\s)(?:-m\s+)?lmlab\s+(?=[a-z])")  # lmlab X, python -m lmlab X
 RUNNABLE = ("fill-mask", "generate", "embed", "predict", "eval")
-# README's run names → the tiny run standing in for each (runs/bert: an imported encoder).
+# The documented run names → the tiny run standing in for each (runs/bert: an imported
+# encoder).
 STAND_INS = {"mlm": "mlm", "clm": "clm", "span": "span", "bert": "mlm", "sst2": "classify",
              "qa": "qa", "ner": "ner"}
 
 
-def readme_commands() -> list[list[str]]:
-    """Each `lmlab SUBCOMMAND ...` of README's code (blocks, with continued lines joined, and
-    inline spans) as its words from SUBCOMMAND on, comments dropped."""
-    text = README.read_text(encoding="utf-8")
-    lines = [line for block in FENCE.findall(text)
-             for line in block.replace("\\\n", " ").splitlines()] + INLINE.findall(text)
-    return [shlex.split(line[found.end():], comments=True)
-            for line in lines if (found := COMMAND.search(line))]
+def documented_commands(documents: list[Path] = DOCUMENTS) -> list[list[str]]:
+    """Each distinct `lmlab SUBCOMMAND ...` of the documents' code (blocks, with continued lines
+    joined, and inline spans) as its words from SUBCOMMAND on, comments dropped."""
+    commands = []
+    for document in documents:
+        text = document.read_text(encoding="utf-8")
+        lines = [line for block in FENCE.findall(text)
+                 for line in block.replace("\\\n", " ").splitlines()] + INLINE.findall(text)
+        commands += [shlex.split(line[found.end():], comments=True)
+                     for line in lines if (found := COMMAND.search(line))]
+    return [list(words) for words in dict.fromkeys(map(tuple, commands))]
 
 
 def subcommands() -> dict:
     return build_parser()._subparsers._group_actions[0].choices
 
 
-def test_readme_names_only_options_its_commands_take():
-    commands = readme_commands()
+def test_documents_name_only_options_their_commands_take():
+    commands = documented_commands()
     assert len(commands) > 30 and {words[0] for words in commands} >= set(RUNNABLE)
     parsers = subcommands()
     for words in commands:
@@ -51,6 +57,10 @@ def test_readme_names_only_options_its_commands_take():
                  for option in action.option_strings}
         named = {word.split("=")[0] for word in words[1:] if word.startswith("--")}
         assert named <= known, f"lmlab {' '.join(words)}: no {sorted(named - known)}"
+
+
+def test_readme_table_has_an_example_of_every_command():
+    assert {words[0] for words in documented_commands([README])} == set(subcommands())
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +92,9 @@ def uses_a_run(words: list[str]) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("words", [words for words in readme_commands() if uses_a_run(words)],
+@pytest.mark.parametrize("words", [words for words in documented_commands() if uses_a_run(words)],
                          ids=lambda words: " ".join(words))
-def test_readme_examples_run_as_written(workspace, words):
+def test_documented_examples_run_as_written(workspace, words):
     result = subprocess.run([sys.executable, "-m", "lmlab", *words], cwd=workspace,
                             capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
