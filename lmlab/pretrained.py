@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.eval.evaluate import score_texts
 from lmlab.infer.embed import embed
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate, stream
-from lmlab.objectives.base import SpecialTokens
 from lmlab.runs import Run, load_run
 
 

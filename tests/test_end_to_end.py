@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from lmlab.objectives.base import SpecialTokens
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.objectives.registry import build_objective, example_specs
 from lmlab.runs import load_run
 from lmlab.train.pretrain import auto_family

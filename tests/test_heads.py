@@ -5,7 +5,7 @@ import torch
 
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import IGNORE_INDEX, MaskedLM
-from lmlab.objectives.base import token_loss_sum
+from lmlab.objectives.losses import token_loss_sum
 from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 

@@ -31,7 +31,8 @@ from lmlab.objectives import (
     MaskedLMWithNSP,
     SpecialTokens,
 )
-from lmlab.objectives.base import flat_positions, next_token_targets
+from lmlab.objectives.batch import flat_positions
+from lmlab.objectives.losses import next_token_targets
 from lmlab.presets import preset
 
 if os.environ.get("CI"):

@@ -9,6 +9,7 @@ from tokenizers import Tokenizer, models
 
 from lmlab.data.errors import DataError
 from lmlab.data.sentences import sentence_starts, token_starts
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -17,7 +18,6 @@ from lmlab.data.tokenizer import (
     train_tokenizer,
     word_start_table,
 )
-from lmlab.objectives.base import SpecialTokens
 
 WORDS = ("photosynthesis bewildered undergraduates notwithstanding meticulous preparation "
          "internationalization decentralization manufacturers competitiveness the a of and "

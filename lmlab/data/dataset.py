@@ -16,8 +16,8 @@ from lmlab.cache import cache_dir
 from lmlab.data.errors import DataError
 from lmlab.data.loader import ArraySource, TokenSource
 from lmlab.data.shards import TokenFile
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import special_tokens_of, word_start_table
-from lmlab.objectives.base import SpecialTokens
 
 
 @dataclass

@@ -11,7 +11,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from torch import Tensor
 
 from lmlab.data.errors import DataError
-from lmlab.objectives.base import ROLES, SpecialTokens
+from lmlab.data.special_tokens import ROLES, SpecialTokens
 
 # Markers that byte-level and metaspace pre-tokenizers put on a word's first piece.
 WORD_START_MARKERS = {"ByteLevel": "Ġ", "Metaspace": "▁"}

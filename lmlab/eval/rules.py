@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SENTINELS, SpecialTokens
 from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model.masks import Kind
-from lmlab.objectives.base import SENTINELS, Objective, SpecialTokens
+from lmlab.objectives.base import Objective
 from lmlab.objectives.traits import Traits
 
 

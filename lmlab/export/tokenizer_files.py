@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, processors
 
-from lmlab.objectives.base import SpecialTokens
+from lmlab.data.special_tokens import SpecialTokens
 
 # lmlab's special-token roles → the attribute names transformers gives them.
 HF_ROLE_NAMES = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token",

@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 
 from lmlab.finetune.task import Reading, Row, Task
-from lmlab.objectives.base import Batch
+from lmlab.objectives.batch import Batch
 
 GROUPED_BATCHES = 50
 

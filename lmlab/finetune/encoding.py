@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer, pre_tokenizers
 
-from lmlab.objectives.base import SpecialTokens
+from lmlab.data.special_tokens import SpecialTokens
 
 # The most tokens a pair's row spends on [CLS] and [SEP]s.
 PAIR_OVERHEAD = 3

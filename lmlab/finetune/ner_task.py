@@ -23,7 +23,8 @@ from lmlab.finetune.readers import (
 )
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.model.linear_cross_entropy import IGNORE_INDEX
-from lmlab.objectives.base import Batch, LossSum, flat_positions
+from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.objectives.losses import LossSum
 
 
 @dataclass(frozen=True)

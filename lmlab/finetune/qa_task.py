@@ -16,7 +16,8 @@ from lmlab.finetune.metrics import squad_f1, squad_metrics
 from lmlab.finetune.qa import Answer, QuestionTooLong, best_answer, label_window, make_windows
 from lmlab.finetune.readers import QAExample, is_squad, read_squad
 from lmlab.finetune.task import Reading, Row, Task
-from lmlab.objectives.base import Batch, LossSum
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
 
 # A question and its context typed as one command-line argument.
 CONTEXT_SEPARATOR = " ||| "

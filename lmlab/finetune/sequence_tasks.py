@@ -28,7 +28,8 @@ from lmlab.finetune.readers import (
     read_table,
 )
 from lmlab.finetune.task import Reading, Row, Task, pooling_weights
-from lmlab.objectives.base import Batch, LossSum
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
 
 # Two texts typed as one command-line argument.
 PAIR_SEPARATOR = " ||| "

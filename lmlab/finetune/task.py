@@ -21,7 +21,9 @@ from lmlab.finetune.encoding import Encoder
 from lmlab.infer.inputs import pad_right
 from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import Batch, LossSum, Objective
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
 
 
 @dataclass

@@ -22,7 +22,7 @@ from lmlab.infer.inputs import (
     reading_document,
 )
 from lmlab.model import MaskSpec
-from lmlab.objectives.base import flat_positions
+from lmlab.objectives.batch import flat_positions
 from lmlab.runs import Run
 
 

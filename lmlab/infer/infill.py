@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from lmlab.objectives.base import SpecialTokens
+from lmlab.data.special_tokens import SpecialTokens
 
 GAP = re.compile(r"\[[XYZ]\]|<extra_id_\d+>")
 # Marks that look meant as gaps but are not lmlab's syntax: [W], [MASK], <mask>, <X>,

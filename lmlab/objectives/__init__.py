@@ -3,8 +3,9 @@
 from lmlab.lazy import lazy_attributes
 
 __getattr__ = lazy_attributes(__name__, {
-    **dict.fromkeys(("IGNORE_INDEX", "Batch", "LossSum", "Objective", "SpecialTokens"),
-                    "lmlab.objectives.base"),
+    "IGNORE_INDEX": "lmlab.objectives.losses", "LossSum": "lmlab.objectives.losses",
+    "Batch": "lmlab.objectives.batch", "Objective": "lmlab.objectives.base",
+    "SpecialTokens": "lmlab.data.special_tokens",
     "CausalLM": "lmlab.objectives.clm", "Alternating": "lmlab.objectives.mixture",
     "Mixture": "lmlab.objectives.mixture", "LinearRate": "lmlab.objectives.mlm",
     "MaskedLM": "lmlab.objectives.mlm", "MaskedLMWithNSP": "lmlab.objectives.nsp",

@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import Batch, Objective, SpecialTokens, next_token_targets
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.losses import next_token_targets
 from lmlab.objectives.traits import Traits
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
-from lmlab.objectives.base import SpecialTokens
 
 
 def block_pad_id(special: SpecialTokens) -> int:

@@ -9,7 +9,9 @@ from torch import Tensor
 
 from lmlab.model.heads import selects_rows
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, cross_entropy, empty_sum
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import IGNORE_INDEX, LossSum, cross_entropy, empty_sum
 
 
 def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:

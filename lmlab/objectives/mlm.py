@@ -9,16 +9,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives import masking
-from lmlab.objectives.base import (
-    IGNORE_INDEX,
-    Batch,
-    Objective,
-    SpecialTokens,
-    flat_positions,
-)
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch, flat_positions
 from lmlab.objectives.documents import attention_segments, document_layout
+from lmlab.objectives.losses import IGNORE_INDEX
 from lmlab.objectives.traits import Traits
 
 EVAL_MASK_RATE = 0.15

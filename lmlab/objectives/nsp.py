@@ -9,8 +9,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import IGNORE_INDEX, Batch, LossSum, Objective, flat_positions
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch, flat_positions
 from lmlab.objectives.documents import block_pad_id
+from lmlab.objectives.losses import IGNORE_INDEX, LossSum
 from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.traits import Traits
 

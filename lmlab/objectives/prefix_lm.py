@@ -6,16 +6,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import (
-    IGNORE_INDEX,
-    Batch,
-    Objective,
-    SpecialTokens,
-    flat_positions,
-    next_token_targets,
-)
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch, flat_positions
 from lmlab.objectives.documents import attention_segments, block_pad_id, document_layout
+from lmlab.objectives.losses import IGNORE_INDEX, next_token_targets
 from lmlab.objectives.traits import Traits
 
 

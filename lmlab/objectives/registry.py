@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.objectives.base import Objective
 from lmlab.objectives.clm import CausalLM
 from lmlab.objectives.mixture import Alternating, Mixture
 from lmlab.objectives.mlm import LinearRate, MaskedLM

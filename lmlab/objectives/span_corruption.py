@@ -14,16 +14,12 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SENTINELS, SpecialTokens
 from lmlab.model.masks import MaskSpec
-from lmlab.objectives.base import (
-    IGNORE_INDEX,
-    SENTINELS,
-    Batch,
-    Objective,
-    SpecialTokens,
-    flat_positions,
-)
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch, flat_positions
 from lmlab.objectives.documents import block_pad_id
+from lmlab.objectives.losses import IGNORE_INDEX
 from lmlab.objectives.traits import Traits
 
 

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 
 from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import (
     LMLAB_SPECIAL_NAMES,
     load_tokenizer,
@@ -22,7 +23,7 @@ from lmlab.data.tokenizer import (
 )
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head, make_head
-from lmlab.objectives.base import Objective, SpecialTokens
+from lmlab.objectives.base import Objective
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import (

@@ -217,7 +217,7 @@ def resolve_config(file: Path | None = None, overrides: dict | None = None,
 def check_before_data(config: TrainConfig) -> None:
     """Catch a bad objective or preset before minutes are spent preparing data (imported here:
     parsing a config loads no torch)."""
-    from lmlab.objectives.base import SpecialTokens
+    from lmlab.data.special_tokens import SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
 

@@ -12,7 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lmlab.objectives.base import IGNORE_INDEX, Objective
+from lmlab.objectives.base import Objective
+from lmlab.objectives.losses import IGNORE_INDEX
 from lmlab.train.distributed import Env, all_reduce_sum
 from lmlab.train.precision import autocast
 

@@ -21,7 +21,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from lmlab.objectives.base import Batch, LossSum
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
 from lmlab.runs.checkpoints import BEST, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed

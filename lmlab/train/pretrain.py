@@ -13,8 +13,10 @@ from torch.utils.data import DataLoader
 from lmlab.config import ModelConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
-from lmlab.objectives.base import Batch, Objective, SpecialTokens
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lmlab.objectives.base import LossSum, to_device
+from lmlab.objectives.batch import to_device
+from lmlab.objectives.losses import LossSum
 from lmlab.train import distributed
 from lmlab.train.precision import autocast
 

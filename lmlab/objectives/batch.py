@@ -1,0 +1,90 @@
+"""The Batch an objective makes: model inputs, attention policy and targets of one micro-batch,
+and its copy to the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+from lmlab.model.heads import selects_rows
+from lmlab.model.masks import MaskSpec
+
+
+@dataclass
+class Batch:
+    """Model inputs, attention policy and targets for one micro-batch.
+
+    `predict_at` maps each head to flat positions (indices into B·T; rows for a sequence head)
+    must produce logits, or None for every position. `targets` holds the target id at each
+    position, IGNORE_INDEX elsewhere.
+    """
+
+    input_ids: Tensor  # (B, T)
+    mask: MaskSpec
+    positions: Tensor  # (B, T)
+    targets: Tensor  # (B, T)
+    predict_at: dict[str, Tensor | None]
+    token_type_ids: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+    # What the host decides by (which objective made the batch): kept off the device, so
+    # reading it never waits for one.
+    host_facts: dict[str, int] = field(default_factory=dict)
+
+    def model_inputs(self) -> dict:
+        return dict(input_ids=self.input_ids, mask=self.mask, positions=self.positions,
+                    token_type_ids=self.token_type_ids, predict_at=self.predict_at)
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """The sub-batch of rows [start, stop), e.g. one micro-batch of a larger batch."""
+        length = self.input_ids.shape[1]
+        cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
+        predict_at = {}
+        for head, at in self.predict_at.items():
+            if at is not None and at.ndim == 2:  # per-row weights
+                at = at[start:stop]
+            elif at is not None:
+                first, last = (start, stop) if selects_rows(head) else (start * length,
+                                                                      stop * length)
+                at = at[(at >= first) & (at < last)] - first
+            predict_at[head] = at
+        return Batch(
+            input_ids=cut(self.input_ids), mask=self.mask.rows(start, stop),
+            positions=cut(self.positions), targets=cut(self.targets), predict_at=predict_at,
+            token_type_ids=cut(self.token_type_ids),
+            extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
+            host_facts=self.host_facts,
+        )
+
+    def token_count(self) -> int:
+        """Tokens in the batch, padding left out."""
+        segments = self.mask.segment_ids
+        return int((segments > 0).sum()) if segments is not None else self.input_ids.numel()
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on `device`, copied without waiting (`to_device`)."""
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else to_device(t, device)
+
+        return replace(
+            self, input_ids=move(self.input_ids), mask=self.mask.to(device, move),
+            positions=move(self.positions), targets=move(self.targets),
+            token_type_ids=move(self.token_type_ids),
+            predict_at={k: move(v) for k, v in self.predict_at.items()},
+            extras={k: move(v) for k, v in self.extras.items()},
+        )
+
+
+def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
+    """`tensor` on `device`. Copies to a GPU start from pinned host memory and do not wait,
+    so the host goes on queueing the step while they run (a plain copy from pageable memory
+    would wait for the GPU's queue to drain first)."""
+    if torch.device(device).type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
+def flat_positions(where: Tensor) -> Tensor:
+    """Flat indices into B·T of the True entries of a (B, T) boolean tensor."""
+    return where.reshape(-1).nonzero().squeeze(1)
