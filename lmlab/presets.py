@@ -36,6 +36,12 @@ SIZES: dict[str, dict] = {
 }
 
 
+def auto_family(objective) -> str:
+    """The family `--model auto` gives an objective: BERT for objectives that only read
+    bidirectionally (they cannot generate), else GPT-2."""
+    return "gpt2" if objective.can_generate else "bert"
+
+
 def preset_names() -> list[str]:
     return [f"{family}-{size}" for family in FAMILIES for size in SIZES]
 

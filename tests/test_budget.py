@@ -7,6 +7,7 @@ from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.train import pretrain as pretraining
+from lmlab.train import step
 from lmlab.train.budget import Deadline, parse_count, step_budget, steps_in_minutes
 from lmlab.train.config import TrainConfig
 
@@ -43,12 +44,12 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
                         lambda ids, *a: rows.append(len(ids)) or original(ids, *a))
     # A clock under the test's control: the timed micro-batch takes 0.25 s.
     readings = iter([100.0, 100.25])
-    monkeypatch.setattr(pretraining, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
+    monkeypatch.setattr(step, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
     steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4)
     assert rows == [2]  # timed once (the run's deadline corrects it), on one micro-batch
     assert next(readings, None) is None  # the timing read the clock twice
     # the timing, times 4 micro-batches per step, fills the minute
-    assert steps == steps_in_minutes(1.0, 4 * 0.25 * pretraining.STEP_OVERHEAD) == 52
+    assert steps == steps_in_minutes(1.0, 4 * 0.25 * step.STEP_OVERHEAD) == 52
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -57,12 +58,12 @@ def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
     built = build_objective("clm", special)
     model = LanguageModel(preset("gpt2-tiny", 300, 32), heads=built.heads)
     # 1 s per micro-batch: 60 / (2 × 1 × overhead) = 26 steps in a minute
-    monkeypatch.setattr(pretraining, "time",
+    monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2)
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
     assert pretraining._total_steps(config, **timed) == 10
-    monkeypatch.setattr(pretraining, "time",
+    monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=500)
     assert pretraining._total_steps(config, **timed) == 26

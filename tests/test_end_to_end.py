@@ -14,8 +14,8 @@ import pytest
 
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.objectives.registry import build_objective, example_specs
+from lmlab.presets import auto_family
 from lmlab.runs import load_run
-from lmlab.train.pretrain import auto_family
 from tests.cli_process import lmlab, refused, run_lmlab, serving, torchrun
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama
 

@@ -28,10 +28,9 @@ from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import FAMILIES, SIZES, preset
+from lmlab.presets import FAMILIES, SIZES, auto_family, preset
 from lmlab.train.budget import parse_count
 from lmlab.train.config import TrainConfig, check_before_data
-from lmlab.train.pretrain import auto_family
 from lmlab.train.throughput import objective_flops_per_token
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
-from lmlab.train.pretrain import step_seconds
+from lmlab.train.step import step_seconds
 
 if TYPE_CHECKING:
     from lmlab.compare.plan import Budget

@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
 from lmlab.finetune.config import FinetuneConfig, where_filter
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
@@ -27,16 +25,13 @@ from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
-from lmlab.runs.layout import prepare_run_dir, seen_from_run
+from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
-from lmlab.train.checkpoint import load_resume_checkpoint
-from lmlab.train.loop import LoopState, Training, restore_loop_state, run_training
-from lmlab.train.optim import make_optimizer
+from lmlab.train.loop import Training, run_training
 from lmlab.train.precision import grad_scaler
-from lmlab.train.pretrain import micro_batches_per_step
-from lmlab.train.resume import resumed_config
 from lmlab.train.schedule import Schedule
+from lmlab.train.setup import begin, micro_batches_per_step, start
 from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
 
@@ -113,8 +108,7 @@ def _out_dir(cfg: FinetuneConfig) -> Path:
 
 def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
     """One fine-tuning run of `cfg.seed`."""
-    env = distributed.setup()
-    torch.manual_seed(cfg.seed)  # identical new heads on every rank
+    env = begin(cfg.seed)
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     task = make_task(cfg)
@@ -128,30 +122,23 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
     validation_rows = task.encode(splits.validation, encoder, training=False)
 
     out = _out_dir(cfg)
-    config = _run_config(out, cfg, pretrained, model, task)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
-    if cfg.resume:
-        config = resumed_config(out, config, budgets=())
-    resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, tokenizer.to_str())
-                   if env.is_main else None)
-    resume_from = distributed.broadcast_path(resume_from, env)
+    started = start(cfg, env, out, _run_config(out, cfg, pretrained, model, task), model,
+                    tokenizer.to_str(), budgets=())
     if env.is_main:
         print(_description(source, cfg, task, len(train_rows)))
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
-    saved = load_resume_checkpoint(resume_from, model) if resume_from else None
-    train_model = distributed.wrap(model, env, cfg.distributed)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
-    state = LoopState(total_steps=total_steps)
-    if saved is not None:
-        state = restore_loop_state(saved, resume_from, model, optimizer, env)
+    state = started.state
+    if not started.resumed:
+        state.total_steps = total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
     training = Training(
         cfg=replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
                     checkpoint_every=cfg.checkpoint_every or total_steps),
-        env=env, model=model, train_model=train_model, optimizer=optimizer,
+        env=env, model=model, train_model=started.train_model, optimizer=started.optimizer,
         scaler=grad_scaler(cfg.precision, env.device), objective=task, data=data,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
         validate=lambda: evaluate_task(model, task, splits.validation, validation_rows,

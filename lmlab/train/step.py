@@ -5,11 +5,16 @@ runs; the loop reads losses and counters back at its log, validation and checkpo
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.model import LanguageModel
+from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import to_device
 from lmlab.objectives.losses import LossSum
 from lmlab.train import distributed
@@ -28,7 +33,7 @@ class StepResult:
 
 def forward_loss(model, objective, compile_model: bool):
     """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
-    projection + cross-entropy (lmlab/model/linear_cross_entropy.py), so full logits are never
+    projection + cross-entropy (lmlab/kernels/linear_cross_entropy.py), so full logits are never
     materialised. With `compile_model` the model is compiled as one graph and the loss stays
     eager: as fast as inductor's own fusion of projection and log-softmax (measured, bf16 on
     2 cores), and it never holds the logits."""
@@ -127,3 +132,29 @@ class SkippedSteps:
         """Steps read back since the last call, for a log line."""
         count, self._unlogged = self._unlogged, 0
         return count
+
+
+# A step's time over its timed forward and backward: optimizer, data and logging on top.
+STEP_OVERHEAD = 1.15
+
+
+def step_seconds(model: LanguageModel, objective: Objective, special: SpecialTokens, rows: int,
+                 seq_len: int, precision: str, runs: int) -> Iterator[float]:
+    """Time `runs` forward and backward passes of one (rows, seq_len) micro-batch of random
+    tokens as training runs them (the objective's own batch and loss, so a sparse MLM head is
+    timed as sparse); each time is scaled by STEP_OVERHEAD for the rest of a step. Weights do
+    not change."""
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(0)
+    ordinary = special.ordinary_ids()
+    ids = ordinary[torch.randint(len(ordinary), (rows, seq_len), generator=generator)]
+    compute_loss = forward_loss(model, objective, compile_model=False)
+    for _ in range(runs):
+        start = time.perf_counter()
+        batch = objective.make_batch(ids, generator).to(device)
+        with autocast(precision, device):
+            compute_loss(batch).mean().backward()
+        if device.type == "cuda":  # kernels run asynchronously: wait for them
+            torch.cuda.synchronize(device)
+        yield (time.perf_counter() - start) * STEP_OVERHEAD
+    model.zero_grad(set_to_none=True)
