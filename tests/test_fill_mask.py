@@ -6,9 +6,9 @@ import torch
 
 from lmlab import Pretrained, load
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.infer.inputs import MASK_TEXT, absorb_space_before
 from lmlab.model import LanguageModel
 from lmlab.presets import preset
+from lmlab.runs.reading import MASK_TEXT, absorb_space_before
 from tests.cycle_language import SPECIAL, cycle, train_cycle_run
 
 

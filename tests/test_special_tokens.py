@@ -16,11 +16,11 @@ from lmlab.finetune.encoding import Encoder, Words
 from lmlab.finetune.qa import make_windows
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
-from lmlab.infer.inputs import reading_document
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
+from lmlab.runs.reading import reading_document
 from lmlab.runs.run import Run
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]

@@ -16,10 +16,10 @@ import numpy as np
 from lmlab.data.dataset import Dataset
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
-from lmlab.infer.inputs import MASK_TEXT
 from lmlab.infer.threads import threads_for
 from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
+from lmlab.runs.reading import MASK_TEXT
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 

@@ -17,8 +17,8 @@ from lmlab.eval.rules import ScoringRule, rules_for
 from lmlab.eval.scoring import DocumentScores, score_documents
 from lmlab.eval.texts import EvalText, dataset_text, file_text
 from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
-from lmlab.infer.inputs import Text, as_batch, encode
 from lmlab.runs import Run, load_run
+from lmlab.runs.reading import Text, as_batch, encode
 
 
 def scoring_rule(run: Run, name: str | None = None) -> ScoringRule:

@@ -36,6 +36,7 @@ from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model.masks import Kind
 from lmlab.objectives.base import Objective
 from lmlab.objectives.traits import Traits
+from lmlab.runs.reading import frame_tokens
 
 
 @dataclass
@@ -76,7 +77,10 @@ class ScoringRule:
         self._special_table = special.special_table()
 
     def document(self, ids: Tensor) -> Tensor:
-        return torch.cat((ids, torch.tensor(self.special.present("eos"), dtype=ids.dtype)))
+        """A text as a packed training document: its ids and what frames them."""
+        before, after = frame_tokens(self.special, "document")
+        return torch.cat((torch.tensor(before, dtype=ids.dtype), ids,
+                          torch.tensor(after, dtype=ids.dtype)))
 
     def window(self, context: int) -> int:
         """Document tokens per row for a model with `context` positions."""
@@ -125,9 +129,8 @@ class MaskedScoring(ScoringRule):
         super().__init__(special)
         self.mask = special.require("mask", "pseudo-log-likelihood scoring")
         self.head, self.next_token, self.framed = head, next_token, framed
-        # BERT's [CLS] text [SEP], as much of it as the tokenizer has.
-        self.before = special.present("cls") if framed else []
-        self.after = special.present("sep") if framed else []
+        # BERT's [CLS] text [SEP] around each window, as much of it as the tokenizer has
+        self.before, self.after = frame_tokens(special, "pair") if framed else ([], [])
         self.name = "pseudo-next" if next_token else "pseudo"
         where = ("read one position earlier (masked next-token); a document's first token "
                  "is given" if next_token else "read at the mask")

@@ -18,12 +18,12 @@ from torch import Tensor
 
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
-from lmlab.infer.inputs import pad_right
 from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
+from lmlab.runs.reading import pad_right
 
 
 @dataclass

@@ -94,7 +94,7 @@ def _read_texts(args: argparse.Namespace) -> list[str] | None:
 
 
 def _inputs(args: argparse.Namespace, texts: list[str] | None, run: Run) -> list:
-    from lmlab.infer.inputs import parse_ids
+    from lmlab.runs.reading import parse_ids
 
     return texts if texts is not None else [parse_ids(i, run.special.mask) for i in args.ids]
 
@@ -125,8 +125,8 @@ def fill_mask_command(args: argparse.Namespace) -> int:
 
 def generate_command(args: argparse.Namespace) -> int:
     from lmlab.infer.generate import GenerationOptions, check_length, generate, generation_mode
-    from lmlab.infer.inputs import parse_ids
     from lmlab.infer.threads import threads_for
+    from lmlab.runs.reading import parse_ids
 
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    repetition_penalty=args.repetition_penalty, greedy=args.greedy,

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from lmlab.infer.inputs import pad_left
 from lmlab.infer.sampling import Sampling, next_tokens
 from lmlab.model import KVCache, LanguageModel, MaskSpec
+from lmlab.runs.reading import pad_left
 
 
 def room_for_new_tokens(model: LanguageModel, prompt_len: int) -> int:

@@ -21,9 +21,9 @@ from tqdm import tqdm
 
 from lmlab.atomic import atomic_write
 from lmlab.infer.choices import POOLINGS
-from lmlab.infer.inputs import Text, as_batch, encode, pad_right, reading_document
 from lmlab.model import MaskSpec
 from lmlab.runs import Run
+from lmlab.runs.reading import Text, as_batch, encode, pad_right, reading_document
 
 
 def embedding_reading(run: Run, pooling: str | None = None,

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from lmlab.infer.inputs import (
+from lmlab.model import MaskSpec
+from lmlab.objectives.batch import flat_positions
+from lmlab.runs import Run
+from lmlab.runs.reading import (
     MASK_TEXT,
     Text,
     absorb_space_before,
@@ -21,9 +24,6 @@ from lmlab.infer.inputs import (
     pad_right,
     reading_document,
 )
-from lmlab.model import MaskSpec
-from lmlab.objectives.batch import flat_positions
-from lmlab.runs import Run
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ import torch
 
 from lmlab.infer.decoding import decode
 from lmlab.infer.infill import has_gaps, splice, split_spans, with_sentinels
-from lmlab.infer.inputs import Text, as_batch, encode
 from lmlab.infer.sampling import Sampling
 from lmlab.infer.text_stream import IncrementalText
 from lmlab.runs import Run
+from lmlab.runs.reading import Text, as_batch, encode
 
 
 @dataclass

@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 import torch
 
-from lmlab.infer.inputs import encode, reading_document
 from lmlab.model import MaskSpec
+from lmlab.runs.reading import encode, reading_document
 from lmlab.serve.curves import curves
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field, texts

@@ -1,4 +1,6 @@
-"""User input (text or token ids) → token rows laid out as training laid them out.
+"""The one reading of text "as the run was trained": user input (text or token ids) → token
+rows laid out as training laid them out, for every command that reads text with a run
+(inference, evaluation, fine-tuning's predictions, the server).
 
 Training reads packed documents that each end with [EOS], with positions restarting at every
 document; sentence-pair objectives (NSP) read `[CLS] A [SEP] B [SEP]` rows. A text given for
@@ -14,7 +16,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lmlab.runs import Run
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.objectives.traits import Framing
+from lmlab.runs.run import Run
 
 # One input: a text, or the token ids of one text (for runs without a tokenizer).
 Text = str | Sequence[int] | Tensor
@@ -72,13 +76,17 @@ def parse_ids(text: str, mask_id: int | None = None) -> list[int]:
     return ids
 
 
+def frame_tokens(special: SpecialTokens, framing: Framing) -> tuple[list[int], list[int]]:
+    """The tokens before and after one text as training framed it, those the tokenizer has:
+    `[CLS] text [SEP]` for sentence-pair rows, `text [EOS]` for packed documents."""
+    if framing == "pair":
+        return special.present("cls"), special.present("sep")
+    return [], special.present("eos")
+
+
 def reading_document(run: Run, ids: list[int]) -> tuple[list[int], slice]:
     """One text as the model read documents in training, and where the text lies in it."""
-    special = run.special
-    if run.objective.framing == "pair":
-        before, after = special.present("cls"), special.present("sep")
-    else:
-        before, after = [], special.present("eos")
+    before, after = frame_tokens(run.special, run.objective.framing)
     return [*before, *ids, *after], slice(len(before), len(before) + len(ids))
 
 
