@@ -23,7 +23,7 @@ __getattr__ = lazy_attributes(__name__, {
     "Pretrained": "lmlab.pretrained", "load": "lmlab.pretrained", "Run": "lmlab.runs",
     **dict.fromkeys(("Alternating", "Batch", "CausalLM", "LinearRate", "LossSum", "MaskedLM",
                      "MaskedLMWithNSP", "Mixture", "PrefixLM", "SpanCorruption",
-                     "SpecialTokens"), "lmlab.objectives"),
+                     "SpecialTokens", "Then"), "lmlab.objectives"),
 })
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
-    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "compare", "evaluate", "load",
+    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "Then", "compare", "evaluate", "load",
     "prepare",
     "__version__", "export_hf", "finetune", "import_hf", "plan", "predict", "preset",
     "preset_names", "pretrain",

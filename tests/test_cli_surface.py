@@ -64,7 +64,7 @@ SURFACE = {
 PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern")
            for size in ("tiny", "mini", "small", "medium", "base")]
 OBJECTIVES = ["mlm", "mntp", "clm", "prefix", "span", "mlm+nsp", "mix:A=w,B=w",
-              "alternate:A,B@steps"]
+              "alternate:A,B@steps", "then:A,B@fraction"]
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -92,6 +92,21 @@ def test_equal_flops_gives_each_objective_the_steps_its_cost_buys(world, tmp_pat
     assert all(s.seed in (0, 1) for s in subs)
 
 
+def test_a_sequence_is_owed_the_steps_its_phases_cost_together(world, tmp_path):
+    dataset = open_dataset(world["data"])
+    model = preset("gpt2-tiny", dataset.special.vocab_size, 32)
+    clm = objective_flops_per_token(model, 32, build_objective("clm", dataset.special), 16)
+    budget = 200 * clm * 16 * 32
+    cfg = design(world, "clm,then:clm,mlm@0.75", tmp_path, budget=f"{budget!r}",
+                 match="flops", fractions="1")
+    steps = {s.objective: s.steps for s in sub_runs(cfg, dataset)}
+    sequence = build_objective("then:clm,mlm@0.75", dataset.special)
+    # 3/4 of the steps at clm's cost, 1/4 at masked LM's with both heads asked for
+    per_token = objective_flops_per_token(model, 32, sequence, 16)
+    assert per_token < clm and steps["then:clm,mlm@0.75"] == round(budget / (per_token * 512))
+    assert steps["clm"] == 200 < steps["then:clm,mlm@0.75"]
+
+
 @pytest.mark.slow
 def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
     out = tmp_path / "lab"

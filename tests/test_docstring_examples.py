@@ -15,11 +15,13 @@ from lmlab.objectives import (
     PrefixLM,
     SpanCorruption,
     SpecialTokens,
+    Then,
     masking,
     nsp,
     span_corruption,
 )
 from lmlab.objectives.nsp import IS_NEXT, NOT_NEXT
+from lmlab.objectives.registry import build_objective
 from lmlab.objectives.span_corruption import span_counts
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=2)
@@ -155,3 +157,24 @@ def test_masked_lm_with_nsp_example(monkeypatch):
     assert draws.used_up()
     assert batch.input_ids[0].tolist() == padded(ids(line(MaskedLMWithNSP, "NotNext")), 8)
     assert batch.extras["nsp_label"].tolist() == [NOT_NEXT, IS_NEXT]
+
+
+def test_sequence_example(monkeypatch):
+    sequence = build_objective("then:clm,mlm@0.5", SPECIAL).for_run(4)
+    assert "in a run of 4 steps switches at step round(0.5 × 4) = 2" in " ".join(
+        inspect.getdoc(Then).split())
+    assert sequence.switch_step == 2
+    tokens = torch.tensor([ids(line(Then, "tokens"))])  # the cat sat | a dog
+    causal = sequence.make_batch(tokens, generator(), step=1)
+    assert causal.input_ids[0].tolist() == ids(line(Then, "inputs@1"))
+    assert causal.targets[0].tolist() == ids(line(Then, "targets@1"))
+    assert causal.mask.kind == "causal"
+    # at step 2, masked LM at its default rate 0.15: cat drawn below it, and below 0.8, masked
+    draws = ForcedDraws(rand=[[[0.5, 0.1, 0.5, 0.5, 0.5, 0.5]], [[0.5, 0.0, 0.5, 0.5, 0.5, 0.5]]],
+                        randint=[[[0] * 6]])
+    monkeypatch.setattr(masking, "torch", draws)
+    masked = sequence.make_batch(tokens, generator(), step=2)
+    assert draws.used_up()
+    assert masked.input_ids[0].tolist() == ids(line(Then, "inputs@2"))
+    assert masked.targets[0].tolist() == ids(line(Then, "targets@2"))
+    assert masked.mask.kind == "bidirectional"

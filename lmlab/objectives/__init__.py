@@ -10,9 +10,11 @@ __getattr__ = lazy_attributes(__name__, {
     "Mixture": "lmlab.objectives.mixture", "LinearRate": "lmlab.objectives.mlm",
     "MaskedLM": "lmlab.objectives.mlm", "MaskedLMWithNSP": "lmlab.objectives.nsp",
     "PrefixLM": "lmlab.objectives.prefix_lm", "SpanCorruption": "lmlab.objectives.span_corruption",
+    "Then": "lmlab.objectives.sequence",
 })
 
 __all__ = [
     "IGNORE_INDEX", "Alternating", "Batch", "CausalLM", "LinearRate", "LossSum", "MaskedLM",
     "MaskedLMWithNSP", "Mixture", "Objective", "PrefixLM", "SpanCorruption", "SpecialTokens",
+    "Then",
 ]

@@ -191,29 +191,51 @@ class Alternating(Objective):
         the run's length is known (the limit of a long run)."""
         steps = ([1] * len(self.objectives) if self.total_steps is None
                  else steps_per_part(self.total_steps, self.every_steps, len(self.objectives)))
-        return sum(count / sum(steps) * share(o)
-                   for o, count in zip(self.objectives, steps, strict=True))
+        return weighted_by_steps(self.objectives, steps, share)
 
     def index_at(self, step: int) -> int:
         return (step // self.every_steps) % len(self.objectives)
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
-        index = self.index_at(step)
-        batch = self.objectives[index].make_batch(tokens, generator, step)
-        batch.host_facts["objective_index"] = index
-        for head in self.heads:  # idle heads run on no position (see `loss`)
-            batch.predict_at.setdefault(head, torch.empty(0, dtype=torch.long))
-        return batch
+        return part_batch(self, self.index_at(step), tokens, generator, step)
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
-        return self.objectives[batch.host_facts["objective_index"]].target_counts(batch)
+        return part_target_counts(self, batch)
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-        """The current part's loss. The idle heads' outputs, on no position, add an exact zero
-        that gives every head a (zero) gradient each step, as data parallelism requires."""
-        part = self.objectives[batch.host_facts["objective_index"]]
-        result = part.loss(outputs, batch)
-        idle = sum(empty_sum(outputs[head]) for head in self.heads if head not in part.heads)
-        term, (loss_sum, count) = next(iter(result.terms.items()))
-        result.terms[term] = (loss_sum + idle, count)
-        return result
+        return part_loss(self, outputs, batch)
+
+
+# A composite that trains one of its `objectives` at a time (Alternating, Then): the part a
+# step trains is named in the batch's host facts, and every head of the composite is asked
+# for in every batch, the idle ones at no position.
+
+def weighted_by_steps(objectives: list[Objective], steps: list[float],
+                      share: Callable[[Objective], float]) -> float:
+    """Each part's `share` weighted by the steps it trains (a FLOPs count of the run)."""
+    return sum(count / sum(steps) * share(o) for o, count in zip(objectives, steps, strict=True))
+
+
+def part_batch(composite: Objective, index: int, tokens: Tensor, generator: torch.Generator,
+               step: int) -> Batch:
+    """Part `index`'s batch, with the composite's idle heads at no position (see `part_loss`)."""
+    batch = composite.objectives[index].make_batch(tokens, generator, step)
+    batch.host_facts["objective_index"] = index
+    for head in composite.heads:
+        batch.predict_at.setdefault(head, torch.empty(0, dtype=torch.long))
+    return batch
+
+
+def part_target_counts(composite: Objective, batch: Batch) -> dict[str, Tensor]:
+    return composite.objectives[batch.host_facts["objective_index"]].target_counts(batch)
+
+
+def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+    """The current part's loss. The idle heads' outputs, on no position, add an exact zero
+    that gives every head a (zero) gradient each step, as data parallelism requires."""
+    part = composite.objectives[batch.host_facts["objective_index"]]
+    result = part.loss(outputs, batch)
+    idle = sum(empty_sum(outputs[head]) for head in composite.heads if head not in part.heads)
+    term, (loss_sum, count) = next(iter(result.terms.items()))
+    result.terms[term] = (loss_sum + idle, count)
+    return result

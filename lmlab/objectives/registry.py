@@ -1,5 +1,6 @@
 """Objective specs as users write them, e.g. `mlm`, `mlm+nsp`, `mix:clm=1,mlm=15`,
-`alternate:clm,mlm@1000`, turned into Objective instances: the one name → class table."""
+`alternate:clm,mlm@1000`, `then:clm,mlm@0.75`, turned into Objective instances: the one
+name → class table."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lmlab.objectives.mlm import LinearRate, MaskedLM
 from lmlab.objectives.nsp import MaskedLMWithNSP
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.prefix_lm import PrefixLM
+from lmlab.objectives.sequence import Then
 from lmlab.objectives.span_corruption import SpanCorruption
 
 
@@ -44,6 +46,7 @@ BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
 COMPOSITES = {
     "mix": ("mix:A=w,B=w", "mix:clm=1,mlm=15"),
     "alternate": ("alternate:A,B@steps", "alternate:span,prefix@1"),
+    "then": ("then:A,B@fraction", "then:clm,mlm@0.5"),
 }
 
 
@@ -67,7 +70,8 @@ def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions
                     word_starts: Tensor | None = None,
                     total_steps: int | None = None) -> Objective:
     """`mlm` | `clm` | `prefix` | `span` | `mlm+nsp` | `mntp` | `mix:clm=1,mlm=15` |
-    `alternate:clm,mlm@1000` (switch every 1000 steps). A masking-rate schedule runs over
+    `alternate:clm,mlm@1000` (switch every 1000 steps) | `then:clm,mlm@0.75` (clm for the
+    first 75% of the run's steps, then mlm). A masking-rate schedule runs over
     `total_steps`, or, when None, over the run the objective is later fixed to (`for_run`)."""
     options = options or ObjectiveOptions()
     build = lambda name: _base(name.strip(), special, options, word_starts,  # noqa: E731
@@ -89,13 +93,26 @@ def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions
             raise ValueError(f"alternation needs '@STEPS' with STEPS >= 1, as in "
                              f"'alternate:clm,mlm@1000'; got {spec!r}")
         return Alternating([build(n) for n in names.split(",")], int(every))
+    if kind == "then" and rest:
+        names, _, fraction = rest.partition("@")
+        return Then([build(n) for n in names.split(",")], _switch_fraction(fraction, spec))
     return build(spec)
+
+
+def _switch_fraction(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"a sequence needs '@FRACTION', the share of the run's steps the "
+                         f"first objective trains, as in 'then:clm,mlm@0.75'; got {spec!r}"
+                         ) from None
 
 
 def split_specs(text: str) -> list[str]:
     """A comma-separated list of specs, where a composite keeps its own commas:
     `mlm,clm,mix:clm=1,mlm=15` → [mlm, clm, mix:clm=1,mlm=15]. A part continues the
-    mixture before it while it is a `name=weight`, the alternation before it until its `@`."""
+    mixture before it while it is a `name=weight`, an alternation or sequence before it until
+    its `@`."""
     specs: list[str] = []
     for part in (piece.strip() for piece in text.split(",")):
         if specs and ":" not in part and _still_open(specs[-1], part):
@@ -111,4 +128,4 @@ def _still_open(spec: str, part: str) -> bool:
     kind, _, rest = spec.partition(":")
     if kind == "mix" and rest:
         return "=" in part
-    return kind == "alternate" and bool(rest) and "@" not in rest
+    return kind in ("alternate", "then") and bool(rest) and "@" not in rest

@@ -89,7 +89,9 @@ class LoopConfig:
 @dataclass(frozen=True)
 class TrainConfig(LoopConfig):
     objective: str = documented("mlm", "mlm, clm, prefix, span, mlm+nsp, mntp, "
-                                       "mix:A=w,B=w or alternate:A,B@steps")
+                                       "mix:A=w,B=w, alternate:A,B@steps or "
+                                       "then:A,B@fraction (A for that share of the steps, "
+                                       "then B)")
     data: str | None = documented(None, "a prepared dataset; none = the built-in corpus, "
                                         "prepared once")
     model: str = documented("auto", "a preset (family-size, e.g. bert-small); auto = "
