@@ -59,7 +59,7 @@ def text_files(tmp_path):
 
 
 @pytest.mark.parametrize("objective,rules", [("mlm", ["pseudo"]), ("clm", ["causal"]),
-                                             ("mix:prefix=1,span=1", ["prefix", "span"])])
+                                             ("mix:prefix=1,span=1", ["prefix", "pseudo-span"])])
 def test_eval_reports_each_objectives_rule_and_writes_json(runs, text_files, capsys,
                                                            objective, rules):
     folder, n_bytes = text_files
@@ -102,9 +102,9 @@ def test_python_api_matches_and_score_names_the_rule(runs, text_files):
     assert pretrained.score(ids).log_likelihood == scores.log_likelihood[:1]
     first = result["minimal_pairs"][0]["groups"]["field"]["morphology"]
     assert first["correct"] == int(scores.log_likelihood[0] > scores.log_likelihood[1])
-    span = load(runs["mix:prefix=1,span=1"]).score(["The cat sees the dog."], rule="span")
-    assert span.rule == "span" and span.predictions[0] > 0
-    with pytest.raises(ValueError, match="has no 'pseudo' scoring; choose prefix, span"):
+    span = load(runs["mix:prefix=1,span=1"]).score(["The cat sees the dog."], rule="pseudo-span")
+    assert span.rule == "pseudo-span" and span.predictions[0] > 0
+    with pytest.raises(ValueError, match="has no 'pseudo' scoring; choose prefix, pseudo-span"):
         load(runs["mix:prefix=1,span=1"]).score(["x"], rule="pseudo")
 
 

@@ -64,7 +64,7 @@ def test_runs_say_what_each_can_do(server):
         {"name": "comparison", "finished": True, "report": "/report/comparison"},
         {"name": "comparison-running", "finished": False, "report": None}]
     assert [run["attention"] for run in answer["runs"][:4]] == [
-        ["bidirectional"], ["causal"], ["prefix"], ["span"]]
+        ["bidirectional"], ["causal"], ["prefix"], ["span-corruption"]]
 
 
 def test_the_page_and_its_assets_are_served(server):
@@ -139,7 +139,7 @@ def test_span_corruption_shows_its_own_row_with_sentinels(server):
     assert status == 200
     (grid,) = answer["grids"]
     tokens, split = grid["tokens"], grid["prefix_len"]
-    assert grid["kind"] == "span" and "<extra_id_0>" in tokens[:split]
+    assert grid["kind"] == "span-corruption" and "<extra_id_0>" in tokens[:split]
     assert tokens[split] == "<extra_id_0>"  # the targets open with the first gap's sentinel
     n = len(tokens)
     assert grid["allowed"] == [[k <= q or k < split for k in range(n)] for q in range(n)]

@@ -93,7 +93,7 @@ def test_attention_grids_differ_by_policy_side_by_side(open_page):
     query, key = pane.locator("table[data-kind=causal] td.on").first.get_attribute(
         "title").split(" → ")
     assert query == key  # the first token sees only itself
-    expect(pane.locator("table[data-kind=span] thead")).to_contain_text("<extra_id_0>")
+    expect(pane.locator("table[data-kind=span-corruption] thead")).to_contain_text("<extra_id_0>")
 
 
 def test_embeddings_and_a_fine_tuned_classifier(open_page):

@@ -60,7 +60,9 @@ class ArraySource:
 
 
 @dataclass(frozen=True)
-class Batch:
+class TokenBlocks:
+    """One micro-batch of packed blocks, before an objective makes it a model Batch."""
+
     tokens: torch.Tensor  # (batch_size, block_len) int64
     epoch: int
     index: int  # global batch index; resume from index + 1
@@ -105,7 +107,7 @@ class BlockBatches(IterableDataset):
         self.next_index = 0
         self._order: tuple[int, np.ndarray | None] = (-1, None)
 
-    def state_dict(self, last: Batch | None = None) -> dict:
+    def state_dict(self, last: TokenBlocks | None = None) -> dict:
         """Where to resume: after `last` (the latest batch consumed), else where it stands."""
         return {"next_index": last.index + 1 if last is not None else self.next_index,
                 "seed": self.seed}
@@ -138,16 +140,16 @@ class BlockBatches(IterableDataset):
             cursor += stop - start
         return out
 
-    def batch(self, index: int) -> Batch:
+    def batch(self, index: int) -> TokenBlocks:
         epoch, within = divmod(index, self.batches_per_epoch)
-        # Batch `index` of every rank together is one contiguous run of the epoch's order,
+        # Micro-batch `index` of every rank together is one contiguous run of the epoch's order,
         # so N ranks × batch b consume exactly the blocks one process takes in N batches.
         start = (within * self.world_size + self.rank) * self.batch_size
         ids = self.epoch_order(epoch)[start: start + self.batch_size]
         tokens = np.stack([self.block(int(i)) for i in ids]).astype(np.int64)
-        return Batch(torch.from_numpy(tokens), epoch, index)
+        return TokenBlocks(torch.from_numpy(tokens), epoch, index)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[TokenBlocks]:
         worker = get_worker_info()
         step, offset = (1, 0) if worker is None else (worker.num_workers, worker.id)
         index = self.next_index + offset

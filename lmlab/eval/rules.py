@@ -17,7 +17,7 @@ document cut from a training block. Framing tokens the tokenizer lacks are left 
             at its position, one masked copy per row. mlm+nsp models read `[CLS] text [SEP]`
             as in BERT. pseudo-next (mntp, masked next-token) reads the prediction one
             position earlier, so a document's first token is given.
-    span    (T5 span corruption) the span-corruption analogue of pseudo-log-likelihood:
+    pseudo-span (T5 span corruption) the span-corruption analogue of pseudo-log-likelihood:
             every ordinary token becomes a one-token noise span once, the input
             `... <extra_id_0> ... [EOS]` is the bidirectional prefix, then `<extra_id_0>`
             begins the target and the token's log-probability is read after it.
@@ -165,7 +165,7 @@ class MaskedScoring(ScoringRule):
 
 
 class SpanScoring(ScoringRule):
-    name = "span"
+    name = "pseudo-span"
     head = "lm"
     attention = "prefix"
     perplexity_name = "pseudo-perplexity"
@@ -203,7 +203,7 @@ RULES: dict[str, Callable[[SpecialTokens, Traits], ScoringRule]] = {
         special, head=traits.fill_mask[0], framed=traits.framing == "pair"),
     "pseudo-next": lambda special, traits: MaskedScoring(
         special, head=traits.fill_mask[0], next_token=True, framed=traits.framing == "pair"),
-    "span": lambda special, traits: SpanScoring(special),
+    "pseudo-span": lambda special, traits: SpanScoring(special),
 }
 
 

@@ -88,7 +88,7 @@ class SpanCorruption(Objective):
     name = "span"
     predicts_at_targets = True
     title = "span corruption (span)"
-    traits = Traits(attention="prefix", heads=("lm",), scoring="span", generation="infill",
+    traits = Traits(attention="prefix", heads=("lm",), scoring="pseudo-span", generation="infill",
                     needs=("pad", "eos", SENTINELS))
 
     def __init__(self, special: SpecialTokens, noise_density: float = 0.15,

@@ -18,7 +18,7 @@ Packing = Literal["any", "sentences"]
 # prefix, or by T5-style infilling of sentinel gaps; None = it cannot generate.
 Generation = Literal["causal", "prefix", "infill"] | None
 # The scoring rule of lmlab.eval.rules that reads a text as this objective trained the model.
-Scoring = Literal["causal", "prefix", "pseudo", "pseudo-next", "span"]
+Scoring = Literal["causal", "prefix", "pseudo", "pseudo-next", "pseudo-span"]
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def attention(served: ServedRun, body: dict) -> dict:
     split = bounded(body, "prefix_len", max(1, len(ids) // 2), 1, len(ids))
     grids = []
     for policy in field(body, "kinds", list, attention_policies(run)):
-        if policy == "span":
+        if policy == "span-corruption":
             grids.append(_span_grid(run, ids))
             continue
         if policy not in ("bidirectional", "causal", "prefix"):
@@ -87,7 +87,7 @@ def _span_grid(run, ids: list[int]) -> dict:
     batch = objective.make_batch(torch.tensor([ids]), torch.Generator().manual_seed(0))
     length = int((batch.mask.segment_ids[0] > 0).sum())  # the row without its padding
     allowed = batch.mask.allowed(len(ids), len(ids))[0, :length, :length]
-    return {"kind": "span", "allowed": allowed.tolist(),
+    return {"kind": "span-corruption", "allowed": allowed.tolist(),
             "tokens": token_texts(run, batch.input_ids[0, :length].tolist()),
             "prefix_len": int(batch.mask.prefix_len[0])}
 

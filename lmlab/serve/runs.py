@@ -54,8 +54,8 @@ class ServedRun:
 
 def attention_policies(run: Run) -> list[str]:
     """Each attention policy the run's objective trained with, once, in the objective's order:
-    a MaskSpec kind, or "span" for span corruption (a prefix over the corrupted text)."""
-    return list(dict.fromkeys("span" if leaf.traits.generation == "infill"
+    a MaskSpec kind, or "span-corruption" (a prefix over the corrupted text)."""
+    return list(dict.fromkeys("span-corruption" if leaf.traits.generation == "infill"
                               else leaf.traits.attention for leaf in run.objective.leaves()))
 
 

@@ -128,7 +128,7 @@ function showToken(output, event) {
 
 onSubmit("attention", async (run, pane, values) => {
   const request = { run: run.name, text: values.text, prefix_len: values.prefix_len };
-  if (values.all) request.kinds = ["bidirectional", "causal", "prefix", "span"];
+  if (values.all) request.kinds = ["bidirectional", "causal", "prefix", "span-corruption"];
   const answer = await post("/api/attention", request);
   for (const grid of answer.grids) pane.append(attentionGrid(answer, grid));
 });
@@ -137,7 +137,7 @@ onSubmit("attention", async (run, pane, values) => {
 function attentionGrid(answer, grid) {
   const tokens = grid.tokens || answer.tokens;
   const split = grid.prefix_len || answer.prefix_len;
-  const splits = grid.kind === "prefix" || grid.kind === "span";
+  const splits = grid.kind === "prefix" || grid.kind === "span-corruption";
   const title = splits ? `${grid.kind} (split after ${split})` : grid.kind;
   const table = el("table", { class: "grid", "data-kind": grid.kind });
   table.append(el("caption", {}, title),
