@@ -17,7 +17,7 @@ from lmlab.lazy import lazy_attributes
 from lmlab.version import __version__
 
 __getattr__ = lazy_attributes(__name__, {
-    "ModelConfig": "lmlab.config", "prepare": "lmlab.data.prepare",
+    "ModelConfig": "lmlab.config.model", "prepare": "lmlab.data.prepare",
     "evaluate": "lmlab.eval.evaluate", "KVCache": "lmlab.model", "LanguageModel": "lmlab.model",
     "MaskSpec": "lmlab.model", "preset": "lmlab.presets", "preset_names": "lmlab.presets",
     "Pretrained": "lmlab.pretrained", "load": "lmlab.pretrained", "Run": "lmlab.runs",

@@ -1,5 +1,5 @@
-"""How every `lmlab` subcommand is built: one parser class, shared options, options generated
-from configuration dataclasses, and "did you mean" for unknown options."""
+"""How every `lmlab` subcommand is built: one parser class, shared options, and "did you mean"
+for unknown options (options generated from configuration dataclasses: lmlab.config.options)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ import argparse
 import difflib
 import sys
 import tempfile
-import typing
-from dataclasses import MISSING
 from pathlib import Path
-from typing import Literal
-
-from lmlab.documented import help_of
-from lmlab.train.config import flat_fields, parse_value, resolve_config
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -83,28 +77,6 @@ def add_run_arguments(parser: argparse.ArgumentParser, runs: str = "any") -> Non
     add_device_argument(parser)
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_config_options(parser: argparse.ArgumentParser, specs: dict) -> None:
-    """One option per configuration field (`--lr 3e-4`), booleans as switches, each with the
-    field's help, default and choices. Values stay strings (None when not given) for the
-    configuration to parse, so a given option can be told from a default. `specs` maps each
-    field's name to its dataclass Field and type."""
-    for name, (spec, kind) in specs.items():
-        default = spec.default if spec.default is not MISSING else spec.default_factory()
-        shown = "" if default is None else f" (default: {default})".replace("%", "%%")
-        help_text = help_of(spec).replace("%", "%%") + shown
-        if kind is bool:
-            parser.add_argument(flag(name), dest=name, action="store_const", const="true",
-                                default=None, help=help_text)
-            continue
-        choices = typing.get_args(kind) if typing.get_origin(kind) is Literal else None
-        parser.add_argument(flag(name), dest=name, default=None, choices=choices,
-                            metavar=None if choices else name.upper(), help=help_text)
-
-
 def unknown_option_message(parser: argparse.ArgumentParser, option: str) -> str:
     """`unknown option --lr-rate; did you mean --lr?` for one of `parser`'s options."""
     known = [s for action in parser._actions for s in action.option_strings]
@@ -162,10 +134,3 @@ def check_output_file(path: Path, example: str) -> None:
             pass
     except OSError as error:
         raise ValueError(f"{path} cannot be written: {error.strerror} in {folder}") from None
-
-
-def config_from_args(args: argparse.Namespace, config_class: type):
-    """The --config file, then the options given, as a `config_class`."""
-    overrides = {name: parse_value(name, getattr(args, name), config_class)
-                 for name in flat_fields(config_class) if getattr(args, name) is not None}
-    return resolve_config(args.config, overrides, config_class)

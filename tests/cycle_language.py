@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lmlab.config.parsing import build_config
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.objectives import SpecialTokens
-from lmlab.train.config import build_config
+from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 CYCLE = 20  # symbols in the cycle
@@ -36,6 +37,6 @@ def train_cycle_run(out: Path, objective: str, steps: int, **options) -> Path:
     # other slow down many times over when other processes share the cores.
     torch.set_num_threads(1)
     try:
-        return pretrain(build_config({**settings, **options}), dataset)
+        return pretrain(build_config({**settings, **options}, TrainConfig), dataset)
     finally:
         torch.set_num_threads(threads)

@@ -9,8 +9,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmlab.command_line import config_from_args  # noqa: E402
 from lmlab.commands.pretrain import add_pretrain_options  # noqa: E402
+from lmlab.config.options import config_from_args  # noqa: E402
 from lmlab.data.dataset import in_memory_dataset  # noqa: E402
 from lmlab.data.synthetic import MarkovChain  # noqa: E402
 from lmlab.objectives import SpecialTokens  # noqa: E402

@@ -11,11 +11,11 @@ import torch
 
 import lmlab
 from lmlab.cli import build_parser, main
-from lmlab.command_line import config_from_args
 from lmlab.compare import plan_timing
 from lmlab.compare.plan import plan
 from lmlab.compare.plan_table import format_plan
 from lmlab.compare.scaling import CHINCHILLA
+from lmlab.config.options import config_from_args
 from lmlab.data.dataset import open_dataset
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset

@@ -2,7 +2,8 @@
 
 import pytest
 
-from lmlab.train.config import TrainConfig, parse_value, resolve_config
+from lmlab.config.parsing import parse_value, resolve_config
+from lmlab.train.config import TrainConfig
 
 
 def test_file_then_overrides(tmp_path):
@@ -10,8 +11,9 @@ def test_file_then_overrides(tmp_path):
     toml.write_text('objective = "clm"\nlr = 3e-4\nsteps = 50\n')
     yaml = tmp_path / "run.yaml"
     yaml.write_text("objective: span\nbatch_size: 8\n")
-    assert resolve_config(toml, {"steps": 7}) == TrainConfig(objective="clm", lr=3e-4, steps=7)
-    assert resolve_config(yaml).batch_size == 8
+    assert resolve_config(toml, {"steps": 7}, TrainConfig) == TrainConfig(objective="clm", lr=3e-4,
+                                                                          steps=7)
+    assert resolve_config(yaml, {}, TrainConfig).batch_size == 8
 
 
 @pytest.mark.parametrize("name,text,value", [
@@ -20,16 +22,16 @@ def test_file_then_overrides(tmp_path):
     ("precision", "bf16", "bf16"),
 ])
 def test_command_line_values_take_the_field_type(name, text, value):
-    assert parse_value(name, text) == value
+    assert parse_value(name, text, TrainConfig) == value
 
 
 @pytest.mark.parametrize("action,message", [
-    (lambda tmp: resolve_config(None, {"stpes": 3}), "unknown config field 'stpes'; did you mean "
-                                                     "'steps'"),
-    (lambda tmp: parse_value("steps", "ten"), "steps takes an integer, got 'ten'"),
+    (lambda tmp: resolve_config(None, {"stpes": 3}, TrainConfig),
+     "unknown config field 'stpes'; did you mean 'steps'"),
+    (lambda tmp: parse_value("steps", "ten", TrainConfig), "steps takes an integer, got 'ten'"),
     (lambda tmp: TrainConfig(precision="fp8"), "precision='fp8' is not one of fp32, bf16, fp16"),
     (lambda tmp: TrainConfig(resume=True, overwrite=True), "choose --resume or --overwrite"),
-    (lambda tmp: resolve_config(tmp / "missing.toml"), "does not exist"),
+    (lambda tmp: resolve_config(tmp / "missing.toml", {}, TrainConfig), "does not exist"),
 ])
 def test_bad_configuration_is_a_clear_error(tmp_path, action, message):
     with pytest.raises(ValueError, match=message):
@@ -41,4 +43,4 @@ def test_unknown_field_in_a_file_is_named(tmp_path):
     path.write_text("objectve: mlm\n")
     with pytest.raises(ValueError, match="unknown config field 'objectve'; did you mean "
                                          "'objective'"):
-        resolve_config(path)
+        resolve_config(path, {}, TrainConfig)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_config_options, config_from_args
-from lmlab.train.config import TrainConfig, check_before_data, field_specs
+from lmlab.command_line import add_command
+from lmlab.config.options import add_config_options, config_from_args
+from lmlab.config.parsing import field_specs
+from lmlab.train.config import TrainConfig, check_before_data
 
 
 def add_pretrain_command(commands: argparse._SubParsersAction) -> None:

@@ -7,11 +7,13 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_config_options
+from lmlab.command_line import add_command
 from lmlab.compare.design import MATCHES
 from lmlab.compare.scaling import CHINCHILLA
+from lmlab.config.options import add_config_options
+from lmlab.config.parsing import field_specs, parse_value
 from lmlab.presets import FAMILIES, SIZES
-from lmlab.train.config import TrainConfig, field_specs, parse_value
+from lmlab.train.config import TrainConfig
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")
@@ -129,8 +131,8 @@ def plan_command(args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available():
         keep_freed_memory()  # as pretrain does, so that steps are timed as it will run them
-    training = {name: parse_value(name, getattr(args, name)) for name in TRAINING_OPTIONS
-                if getattr(args, name) is not None}
+    training = {name: parse_value(name, getattr(args, name), TrainConfig)
+                for name in TRAINING_OPTIONS if getattr(args, name) is not None}
     result = plan(**training, minutes=args.minutes, flops=args.flops, tokens=args.tokens,
                   family=args.family, sizes=args.sizes, steps_to_time=args.steps_to_time)
     print(format_plan(result))

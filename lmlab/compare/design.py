@@ -61,8 +61,8 @@ class Probe:
 
     @classmethod
     def _from_config(cls, name: str, path: str) -> Probe:
+        from lmlab.config.parsing import resolve_config
         from lmlab.finetune.config import FinetuneConfig
-        from lmlab.train.config import resolve_config
 
         if not Path(path).is_file():
             raise ValueError(f"probe {name}: {path} is not a file")

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from lmlab.config.settings_file import read_settings
 from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
 from lmlab.data.cleaning import CleaningConfig, QualityThresholds
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import NearDedupConfig
-from lmlab.data.settings_file import read_settings
 from lmlab.data.shards import token_dtype
 from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
 

@@ -13,9 +13,9 @@ def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Pat
     """Fine-tune the run at `run` as `lmlab finetune` does, from a config file and/or its
     fields by name, e.g. `lmlab.finetune("runs/mlm", task="classify", train="train.tsv",
     validation="dev.tsv")`. Returns the fine-tuned run directory."""
+    from lmlab.config.parsing import resolve_config
     from lmlab.finetune.config import FinetuneConfig
     from lmlab.finetune.setup import finetune as finetune_run
-    from lmlab.train.config import resolve_config
 
     cfg = resolve_config(Path(config) if config is not None else None, fields, FinetuneConfig)
     return finetune_run(run, cfg)

@@ -6,16 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from lmlab.command_line import (
-    add_command,
-    add_config_options,
-    add_run_arguments,
-    check_input_file,
-    config_from_args,
-    read_texts,
-)
+from lmlab.command_line import add_command, add_run_arguments, check_input_file, read_texts
+from lmlab.config.options import add_config_options, config_from_args
+from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.train.config import field_specs
 
 
 def add_finetune_commands(commands: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lmlab.documented import documented
+from lmlab.config.fields import documented
 from lmlab.train.config import LoopConfig
 
 TaskName = Literal["classify", "pairs", "regress", "qa", "ner"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lmlab.documented import check_choices, documented
+from lmlab.config.fields import check_choices, documented
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lmlab.config import ModelConfig
+from lmlab.config.parsing import resolve_config
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
 from lmlab.data.special_tokens import SpecialTokens
@@ -28,7 +29,7 @@ from lmlab.train.budget import (
     step_budget,
     steps_in_minutes,
 )
-from lmlab.train.config import EVAL_EVERY_STEPS, TrainConfig, resolve_config
+from lmlab.train.config import EVAL_EVERY_STEPS, TrainConfig
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
@@ -83,7 +84,7 @@ def packing(cfg: TrainConfig, objective: Objective) -> str:
 def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
     """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
     corpus. Returns the run directory."""
-    cfg = resolve_config(config, fields)
+    cfg = resolve_config(config, fields, TrainConfig)
     return pretrain(cfg, open_or_prepare(cfg.data))
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmlab.data.errors import DataError
-
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -19,18 +17,18 @@ SUFFIXES = (".toml", ".yaml", ".yml")
 def read_settings(path: Path, what: str) -> dict[str, Any]:
     """The mapping in `path`, a `what` ("config file", "recipe file") in TOML or YAML."""
     if not path.is_file():
-        raise DataError(f"{what} does not exist" if not path.exists() else f"{what} is not a file",
-                        path)
+        problem = "does not exist" if not path.exists() else "is not a file"
+        raise _error(path, f"{what} {problem}")
     if path.suffix not in SUFFIXES:
-        raise DataError(f"a {what} must be .toml, .yaml or .yml", path)
+        raise _error(path, f"a {what} must be .toml, .yaml or .yml")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise DataError(f"a {what} must be UTF-8 text; this one is not (binary?)", path) from None
+        raise _error(path, f"a {what} must be UTF-8 text; this one is not (binary?)") from None
     values = _parse(path, text)
     if not isinstance(values, dict):
-        raise DataError(f"a {what} must hold a mapping of field: value, not a "
-                        f"{type(values).__name__}", path)
+        raise _error(path, f"a {what} must hold a mapping of field: value, not a "
+                           f"{type(values).__name__}")
     return values
 
 
@@ -39,7 +37,7 @@ def _parse(path: Path, text: str) -> Any:
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
-            raise DataError(f"not valid TOML ({error})", path) from None
+            raise _error(path, f"not valid TOML ({error})") from None
     import yaml
 
     try:
@@ -48,4 +46,9 @@ def _parse(path: Path, text: str) -> Any:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise DataError(f"not valid YAML ({where}{problem})", path) from None
+        raise _error(path, f"not valid YAML ({where}{problem})") from None
+
+
+def _error(path: Path, message: str) -> ValueError:
+    """The one-line error naming the file first, as editors and terminals jump to it."""
+    return ValueError(f"{path}: {message}")
