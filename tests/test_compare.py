@@ -263,3 +263,26 @@ def test_the_analysis_finds_where_one_objective_overtakes_another(tmp_path):
                                      "predictions": 400 * 77.0, "seconds": 1.0}
     row = next(r for r in found.rows if (r.objective, r.fraction) == ("clm", 0.25))
     assert row.mean == pytest.approx(0.6) and row.seed_std == pytest.approx(0, abs=1e-12)
+
+
+def test_every_sub_run_and_probe_reports_to_the_trackers(world, tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lmlab.train.metrics import read_metrics
+
+    out = tmp_path / "lab"
+    words = ["compare", "--objectives", "mlm,clm", "--budget", "4", "--match", "steps",
+             "--fractions", "1", "--seeds", "1", "--data", world["data"], "--model", "gpt2-tiny",
+             "--seq-len", "32", "--batch-size", "16", "--eval-tokens", "2000", "--probe",
+             world["probe"], "--probe-epochs", "0.2", "--out", str(out)]
+    assert main([*words, "--report-to", "tensorboard"]) == 0
+    pretrained = [out / "runs" / objective / "budget-1" / "seed-0" for objective in ("mlm", "clm")]
+    for run in [*pretrained, *(r / "probes" / "cue" / "seed-0" for r in pretrained)]:
+        events = EventAccumulator(str(run / "tensorboard"))
+        events.Reload()
+        losses = {r["step"]: r["loss"] for r in read_metrics(run) if r["kind"] == "train"}
+        assert {e.step: e.value for e in events.Scalars("train/loss")} == pytest.approx(losses)
+    capsys.readouterr()
+    # trackers change no sub-run: the comparison without them trains nothing again
+    assert main(words) == 0
+    assert "2 pre-training runs: 2 done, 0 to run" in capsys.readouterr().out

@@ -107,6 +107,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="runs/compare", help="the comparison directory")
     parser.add_argument("--workers", type=int, default=1,
                         help="sub-runs trained side by side, each in its own process")
+    add_config_options(parser, {"report_to": field_specs(TrainConfig)["report_to"]})
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def compare_command(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in (
         "data", "match", "fractions", "seeds", "model", "seq_len", "batch_size", "lr",
         "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
-        "eval_tokens", "out", "workers")}
+        "eval_tokens", "out", "workers", "report_to")}
     compare(CompareConfig.of(args.objectives, budget=args.budget, **options))
     return 0
 

@@ -105,8 +105,11 @@ class CompareConfig:
     eval_tokens: int = 100_000  # held-out tokens scored for bits per byte
     out: str = "runs/compare"
     workers: int = 1
+    report_to: str | None = None  # trackers every sub-run's trainings report to
 
     def __post_init__(self) -> None:
+        from lmlab.train.trackers import require_trackers
+
         if self.match not in MATCHES:
             raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
         if len(set(self.objectives)) != len(self.objectives) or len(self.objectives) < 2:
@@ -129,6 +132,7 @@ class CompareConfig:
         if len({probe.name for probe in self.probes}) != len(self.probes):
             raise ValueError("two probes share a name")
         self.amount  # noqa: B018 — a budget that does not parse fails here, before any run
+        require_trackers(self.report_to)
 
     @property
     def amount(self) -> float:

@@ -27,7 +27,7 @@ from lmlab.compare.subrun import complete, finished
 from lmlab.data.dataset import open_or_prepare
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
-FREE_FIELDS = ("workers", "out")
+FREE_FIELDS = ("workers", "out", "report_to")
 
 
 @dataclass

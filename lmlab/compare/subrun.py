@@ -80,6 +80,7 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
         objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
         batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision, seed=sub.seed,
         out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,
+        report_to=cfg.report_to,
         resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget))
     last = list_checkpoints(sub.out / "checkpoints")[-1]
     steps = int(last.name.removeprefix(PREFIX))
@@ -101,7 +102,8 @@ def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray
             finetune(sub.out, probe.config, task=probe.task, train=probe.train,
                      validation=probe.validation, test=probe.test, seed=seed,
                      epochs=cfg.probe_epochs, pretrained_checkpoint="last",
-                     precision=cfg.precision, out=str(out), overwrite=True, **lr)
+                     precision=cfg.precision, out=str(out), overwrite=True,
+                     report_to=cfg.report_to, **lr)
         items = read_item_scores(out)
         metric = items["metric"]
         rows.append(np.asarray(items[probe.scored_split], dtype=float))

@@ -21,6 +21,19 @@ from lmlab.train.budget import DEADLINE_VALIDATIONS, parse_count
 
 # Steps between validations when neither the run nor its time budget decides.
 EVAL_EVERY_STEPS = 200
+# Experiment trackers --report-to feeds (Hugging Face's names); lmlab/train/trackers.py.
+TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
+
+
+def trackers_named(report_to: str | None) -> tuple[str, ...]:
+    """`tensorboard,mlflow` → ("tensorboard", "mlflow"); an unknown name is refused."""
+    names = tuple(dict.fromkeys(name.strip() for name in (report_to or "").split(",")
+                                if name.strip()))
+    for name in names:
+        if name not in TRACKERS:
+            raise ValueError(f"report_to: unknown tracker {name!r}; choose from "
+                             f"{', '.join(TRACKERS)} (comma-separated)")
+    return names
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,10 @@ class LoopConfig:
                                             "end, on the best validation and when stopped)")
     keep_last: int = documented(2, "checkpoints kept besides the best one")
     log_every: int = documented(10, "steps between log lines in metrics.jsonl")
+    report_to: str | None = documented(
+        None, "also send the metrics to these trackers, comma-separated: tensorboard, mlflow, "
+              "trackio, wandb (offline; each needs pip install 'lmlab[NAME]'); none = "
+              "metrics.jsonl only")
     seed: int = documented(0, "initial weights, data order and every random choice")
     distributed: Literal["ddp", "fsdp"] = documented(
         "ddp", "under torchrun: DDP, or FSDP2 (fully_shard) to shard weights and optimizer")
@@ -72,6 +89,7 @@ class LoopConfig:
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
+        trackers_named(self.report_to)
         if self.resume and self.overwrite:
             raise ValueError("choose --resume or --overwrite, not both")
 
@@ -123,12 +141,14 @@ class TrainConfig(LoopConfig):
 
 
 def check_before_data(config: TrainConfig) -> None:
-    """Catch a bad objective or preset before minutes are spent preparing data (imported here:
-    parsing a config loads no torch)."""
+    """Catch a bad objective or preset, or a tracker not installed, before minutes are spent
+    preparing data (imported here: parsing a config loads no torch)."""
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
+    from lmlab.train.trackers import require_trackers
 
+    require_trackers(config.report_to)
     build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
     if config.model != "auto":
         preset(config.model, vocab_size=1024)

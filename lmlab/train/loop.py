@@ -39,6 +39,7 @@ from lmlab.train.step import (
     guarded_update,
     train_step,
 )
+from lmlab.train.trackers import open_trackers
 
 
 class TrainingError(RuntimeError):
@@ -153,7 +154,8 @@ def run_training(t: Training) -> LoopState:
     cfg, state = t.cfg, t.state
     t.model.backbone.checkpoint_blocks = cfg.activation_checkpointing
     compute_loss = forward_loss(t.train_model, t.objective, cfg.compile)
-    log = MetricsLog(t.out, enable=t.env.is_main)
+    log = MetricsLog(t.out, enable=t.env.is_main, trackers=open_trackers(
+        cfg.report_to, t.out, state.step) if t.env.is_main else ())
     log.truncate_after(state.step)
     bar = ProgressBar(state.total_steps, initial=state.step, enable=t.env.is_main)
     stop = StopRequest()
@@ -183,12 +185,12 @@ def run_training(t: Training) -> LoopState:
                 _log_step(t, log, bar, throughput, result, skipped, lr=lr)
             if _validate_and_save(t, log, skipped, stopping):
                 break
+        if t.env.is_main:
+            log.plot(t.out / CURVES, t.scores, t.title)
     finally:
         stop.restore()
         bar.close()
-        log.close()
-    if t.env.is_main:
-        log.plot(t.out / CURVES, t.scores, t.title)
+        log.close()  # finishes the trackers, with the curves when drawn
     if stop.requested:
         if t.env.is_main:
             print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")

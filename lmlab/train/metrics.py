@@ -1,14 +1,19 @@
-"""What a run reports while it trains: metrics.jsonl, TensorBoard (when installed), a
-progress bar with rate and ETA, and the curves plot at the end."""
+"""What a run reports while it trains: metrics.jsonl (and the trackers fed from its records),
+a progress bar with rate and ETA, and the curves plot at the end."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from lmlab.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from lmlab.train.trackers import Tracker
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -27,21 +32,15 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 class MetricsLog:
-    """One JSON record per line, flushed as written, so a crash loses at most one line."""
+    """One JSON record per line, flushed as written, so a crash loses at most one line; each
+record goes on to the `trackers`, which are finished with the curves (if drawn) on close."""
 
-    def __init__(self, run_dir: Path, enable: bool = True) -> None:
-        self.run_dir, self.enable = Path(run_dir), enable
+    def __init__(self, run_dir: Path, enable: bool = True,
+                 trackers: Sequence[Tracker] = ()) -> None:
+        self.run_dir, self.enable, self.trackers = Path(run_dir), enable, trackers
         self.path = self.run_dir / METRICS_FILE
         self.file = None
-        self.tensorboard = None
-        if not enable:
-            return
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
-        except ImportError:
-            pass  # TensorBoard is optional
+        self.curves = None
 
     def truncate_after(self, step: int) -> None:
         """Drop records past `step` (a resumed run redoes them), rewriting atomically."""
@@ -56,23 +55,25 @@ class MetricsLog:
             return
         if self.file is None:
             self.file = open(self.path, "a")  # noqa: SIM115 - kept open for the run
-        self.file.write(json.dumps({"kind": kind, "step": step, **scalars}) + "\n")
+        record = {"kind": kind, "step": step, **scalars}
+        self.file.write(json.dumps(record) + "\n")
         self.file.flush()
-        if self.tensorboard is not None:
-            for name, value in scalars.items():
-                self.tensorboard.add_scalar(f"{kind}/{name}", value, step)
+        for tracker in self.trackers:
+            tracker.log(record, step)
 
     def plot(self, out_path: Path, scores: tuple[str, ...] = (), title: str = "") -> None:
         from lmlab.report.plots import plot_training_curves
 
         plot_training_curves(read_metrics(self.run_dir), out_path, scores, title)
+        self.curves = out_path
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
             self.file = None
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        for tracker in self.trackers:
+            tracker.finish(self.curves)
+        self.trackers = ()
 
 
 class ProgressBar:

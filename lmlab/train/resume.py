@@ -13,7 +13,7 @@ from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
 # Fields that say how a run is watched or stored, not what it learns: free on resume.
 WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
                       "eval_batches", "checkpoint_every", "keep_last", "patience", "compile",
-                      "activation_checkpointing", "max_nonfinite_steps"})
+                      "activation_checkpointing", "max_nonfinite_steps", "report_to"})
 # A budget left out on resume is the saved one; a step or token budget may grow.
 BUDGETS = ("steps", "tokens", "minutes")
 RESUMES = "resumes"  # config.json's record of the changes each resume made

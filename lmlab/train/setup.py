@@ -20,6 +20,7 @@ from lmlab.train.config import LoopConfig
 from lmlab.train.loop import LoopState, restore_loop_state
 from lmlab.train.optim import make_optimizer
 from lmlab.train.resume import BUDGETS, resumed_config
+from lmlab.train.trackers import require_trackers
 
 
 def begin(seed: int) -> distributed.Env:
@@ -59,6 +60,7 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: dict,
     """Open the run directory `out` for `config` and make `model` (on its device, unwrapped)
     ready to train. `budgets` are the config fields a resume may lengthen; `before_writing`
     sees the config the run will have and may refuse it before anything is written."""
+    require_trackers(cfg.report_to)
     if cfg.resume:
         config = resumed_config(out, config, budgets)
     if before_writing is not None:
