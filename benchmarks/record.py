@@ -1,9 +1,10 @@
-"""What a benchmark's results file says about where it ran: the machine by its CPU's name (read
-through lmlab.cpu_info, the one reading of /proc/cpuinfo), and paths that mean the same on any
-machine. A path in the repository is written relative to it, one in the shared data folder
-beside it as shared/..., one in the benchmark's scratch folder as $WORK/..., in the temporary
-directory as $TMP/..., in the home directory as $HOME/...; any other keeps its last part only,
-as $ELSEWHERE/NAME. Results are written through `write_results`, which does all of that.
+"""What a benchmark's results file says about where it ran: the machine by its CPU's name
+(read through lmlab.kernels.machine, the one reading of /proc/cpuinfo), and paths that mean the
+same on any machine. A path in the repository is written relative to it, one in the shared
+data folder beside it as shared/..., one in the benchmark's scratch folder as $WORK/..., in
+the temporary directory as $TMP/..., in the home directory as $HOME/...; any other keeps its
+last part only, as $ELSEWHERE/NAME. Results are written through `write_results`, which does
+all of that.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def machine(**extra) -> dict:
     torch version, with `extra` facts (threads, load, GPU) beside them."""
     import torch
 
-    from lmlab.cpu_info import cpu_name
+    from lmlab.kernels.machine import cpu_name
 
     return {"cpu": cpu_name(), "architecture": platform.machine(), "cpus": os.cpu_count(),
             "torch": torch.__version__, **extra}

@@ -32,7 +32,7 @@ from pathlib import Path
 from record import machine, write_results
 
 from lmlab.infer.generate import stream
-from lmlab.infer.threads import threads_for
+from lmlab.kernels.machine import threads_for
 from lmlab.runs import load_run
 
 PROMPT, NEW_TOKENS = "the cat sees a bird and", 128

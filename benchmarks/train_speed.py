@@ -2,7 +2,7 @@
 
 lmlab is measured twice: like for like (PyTorch's default matmul path and malloc, as HF uses),
 and as `lmlab pretrain` runs by default (oneDNN fp32 linear layers on CPUs other than Intel's,
-malloc keeping freed memory: lmlab/train/allocator.py), whose gain is reported separately.
+malloc keeping freed memory: lmlab/kernels/machine.py), whose gain is reported separately.
 MFU is against the device's own peak for the precision (lmlab.train.throughput), and the
 results name the machine they were measured on. "Products alone" times nothing but a step's
 matrix products at their shapes on this machine (`floor_step_fn`): the pace no implementation
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from record import machine, write_results
 
-from lmlab.train.allocator import keep_freed_memory
+from lmlab.kernels.machine import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -359,7 +359,7 @@ def main() -> None:
                   + (f"  nanoGPT {best['nanogpt']['tokens_per_second']:6.0f} tok/s (lmlab "
                      f"x{row['ratio_nanogpt']:.2f}, tuned x{row['ratio_nanogpt_tuned']:.2f})"
                      if "nanogpt" in best else ""), flush=True)
-    from lmlab.model.linear import onednn_enabled
+    from lmlab.kernels.linear import onednn_enabled
 
     facts = machine(threads=2, onednn_fp32_by_default=onednn_enabled(),
                     load_average=os.getloadavg(), shape=args.shape, **vars(shape))

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lmlab.train.allocator import keep_freed_memory
+from lmlab.kernels.machine import keep_freed_memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",

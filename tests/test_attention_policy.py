@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import LanguageModel, MaskSpec
-from lmlab.model.attention import _explicit_attention, attend
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
 from lmlab.presets import preset
 from tests.conftest import seeded
@@ -131,7 +131,7 @@ def test_no_query_row_is_ever_fully_masked():
 
 @pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk
 @pytest.mark.parametrize("kind", ["causal", "prefix", "bidirectional"])
-def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
+def test_bf16_plain_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
     torch.manual_seed(0)
     q = torch.randn(3, 2, query_len, 8)
     k, v = torch.randn(2, 3, 2, 16, 8)
@@ -141,7 +141,7 @@ def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
     mask, causal = spec.sdpa_arguments(query_len, 16)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     half = [t.bfloat16().requires_grad_() for t in (q, k, v)]
-    got = _explicit_attention(*half, mask, causal, 0.0)
+    got = plain_attention(*half, mask, causal, 0.0)
     torch.testing.assert_close(got.float(), expected, atol=3e-2, rtol=3e-2)
     got.float().sum().backward()
     full = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -150,22 +150,22 @@ def test_bf16_explicit_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
         torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
 
 
-def test_attend_takes_the_explicit_path_for_short_sequences_in_cpu_training():
+def test_attend_takes_the_plain_path_for_short_sequences_in_cpu_training():
     torch.manual_seed(0)
-    for length, explicit_in in ((16, {torch.bfloat16, torch.float32}),
+    for length, plain_in in ((16, {torch.bfloat16, torch.float32}),
                                 (200, {torch.bfloat16}), (300, set())):
         for dtype in (torch.bfloat16, torch.float32):
             for training in (True, False):
                 q, k, v = torch.randn(3, 1, 2, length, 8, dtype=dtype).requires_grad_(training)
                 sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                explicit = _explicit_attention(q, k, v, None, True, 0.0)
-                expected = explicit if training and dtype in explicit_in else sdpa
-                assert torch.equal(attend(q, k, v, None, True, 0.0), expected)
+                plain = plain_attention(q, k, v, None, True, 0.0)
+                expected = plain if training and dtype in plain_in else sdpa
+                assert torch.equal(attend(q, k, v, MaskSpec("causal"), 0.0), expected)
 
 
 @pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk
 @pytest.mark.parametrize("kind", ["causal", "prefix", "bidirectional"])
-def test_fp32_explicit_attention_equals_sdpa_with_gradients(kind, query_len):
+def test_fp32_plain_attention_equals_sdpa_with_gradients(kind, query_len):
     torch.manual_seed(0)
     q = torch.randn(3, 2, query_len, 8, requires_grad=True)
     k, v = (t.requires_grad_() for t in torch.randn(2, 3, 2, 16, 8))
@@ -173,7 +173,7 @@ def test_fp32_explicit_attention_equals_sdpa_with_gradients(kind, query_len):
     prefix = torch.tensor([4, 10, 1]) if kind == "prefix" else None
     mask, causal = MaskSpec(kind, prefix, segments if query_len > 1 else None).sdpa_arguments(
         query_len, 16)
-    got = _explicit_attention(q, k, v, mask, causal, 0.0)
+    got = plain_attention(q, k, v, mask, causal, 0.0)
     grads = torch.autograd.grad(got.square().sum(), (q, k, v))
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))

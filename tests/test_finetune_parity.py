@@ -23,9 +23,9 @@ from lmlab.finetune.ner_task import NERTask
 from lmlab.finetune.qa_task import QATask
 from lmlab.finetune.sequence_tasks import ClassifyTask, RegressTask
 from lmlab.finetune.task import Reading, Row, Task
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
-from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 from lmlab.objectives import Batch, SpecialTokens
 from tests.test_hf_parity import VOCAB, jitter, tiny_config, transformers
 

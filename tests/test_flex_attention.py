@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from lmlab import LanguageModel, SpecialTokens, preset
-from lmlab.model import MaskSpec, attention
-from lmlab.model.attention import attend, flex_attend
+from lmlab.kernels import attention
+from lmlab.kernels.attention import flex_attend, sdpa
+from lmlab.model import MaskSpec
 from lmlab.objectives.registry import build_objective
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention.*:UserWarning")
@@ -46,7 +47,7 @@ def test_every_policy_matches_sdpa_with_the_dense_mask(length, kv_heads):
     k, v = (torch.randn(BATCH, kv_heads, length, HEAD_DIM, generator=generator)
             for _ in range(2))
     for name, spec in policies(length, generator).items():
-        expected = attend(q, k, v, *spec.sdpa_arguments(length, length), dropout_p=0.0)
+        expected = sdpa(q, k, v, *spec.sdpa_arguments(length, length), dropout_p=0.0)
         got = flex_attend(q, k, v, spec.block_mask(length, length))
         torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5, msg=name)
 
@@ -57,7 +58,7 @@ def test_queries_after_a_cache_see_what_the_dense_mask_lets_them():
     q = torch.randn(1, HEADS, 6, HEAD_DIM, generator=generator)  # the last 6 of 40 positions
     k, v = (torch.randn(1, HEADS, 40, HEAD_DIM, generator=generator) for _ in range(2))
     assert spec.needs_mask(6, 40)
-    expected = attend(q, k, v, *spec.sdpa_arguments(6, 40), dropout_p=0.0)
+    expected = sdpa(q, k, v, *spec.sdpa_arguments(6, 40), dropout_p=0.0)
     torch.testing.assert_close(flex_attend(q, k, v, spec.block_mask(6, 40)), expected,
                                atol=2e-6, rtol=1e-5)
 

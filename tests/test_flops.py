@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
-from lmlab.model.linear_cross_entropy import IGNORE_INDEX
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.mixture import steps_per_part
 from lmlab.objectives.options import ObjectiveOptions

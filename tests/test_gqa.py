@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.export import from_hf_state_dict, hf_config, to_hf_state_dict
+from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import KVCache, LanguageModel, MaskSpec
-from lmlab.model.attention import _explicit_attention, attend
 from lmlab.presets import preset
 from lmlab.train.throughput import flops_per_token
 from tests.test_hf_parity import (
@@ -96,9 +96,9 @@ def test_attention_paths_group_query_heads_alike(kind, query_len):
     spec = MaskSpec(kind, prefix, segments if query_len > 1 else None)
     mask, causal = spec.sdpa_arguments(query_len, 16)
     expected = repeated_heads_reference(q, k, v, mask, causal)
-    torch.testing.assert_close(attend(q, k, v, mask, causal, 0.0), expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(attend(q, k, v, spec, 0.0), expected, atol=1e-6, rtol=0)
     half = [t.bfloat16().requires_grad_() for t in (q, k, v)]
-    got = _explicit_attention(*half, mask, causal, 0.0)
+    got = plain_attention(*half, mask, causal, 0.0)
     torch.testing.assert_close(got.float(), expected, atol=3e-2, rtol=3e-2)
     got.float().sum().backward()
     full = [t.clone().requires_grad_() for t in (q, k, v)]

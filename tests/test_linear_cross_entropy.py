@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lmlab.model.linear_cross_entropy as fused
+import lmlab.kernels.linear_cross_entropy as fused
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Unprojected
 from lmlab.objectives import (

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from lmlab import LanguageModel, MaskSpec, preset
-from lmlab.model import linear
-from lmlab.model.linear import MIN_ROWS, Linear, onednn_enabled
+from lmlab.kernels import linear
+from lmlab.kernels.linear import MIN_ROWS, Linear, onednn_enabled
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
                                   reason="this PyTorch build has no oneDNN")

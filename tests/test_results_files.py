@@ -119,7 +119,7 @@ def test_the_benchmarks_writer_leaves_no_folder_of_the_machine(tmp_path):
 
 
 def test_the_machine_is_named_by_its_cpu():
-    from lmlab.cpu_info import cpu_name
+    from lmlab.kernels.machine import cpu_name
 
     facts = load_record().machine(threads=2)
     assert facts["cpu"] == cpu_name() and facts["cpu"] and facts["threads"] == 2

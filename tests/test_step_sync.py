@@ -11,7 +11,7 @@ from torch.overrides import TorchFunctionMode
 
 from lmlab import SpecialTokens
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.model import linear_cross_entropy as fused
+from lmlab.kernels import linear_cross_entropy as fused
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import loop
 from lmlab.train import pretrain as pretraining

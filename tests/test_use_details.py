@@ -17,7 +17,7 @@ from lmlab.commands.pretrain_summary import summary, unigram_loss
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.prepare import prepare
 from lmlab.eval.texts import file_text
-from lmlab.infer.threads import threads_for
+from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens
 from lmlab.report.plots import loss_name
 from lmlab.runs import load_run

@@ -31,7 +31,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
 
     from lmlab.commands.pretrain_summary import print_summary
     from lmlab.data.dataset import open_or_prepare
-    from lmlab.train.allocator import keep_freed_memory
+    from lmlab.kernels.machine import keep_freed_memory
     from lmlab.train.pretrain import pretrain
 
     config = config_from_args(args, TrainConfig)

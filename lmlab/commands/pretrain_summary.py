@@ -16,7 +16,7 @@ import numpy as np
 from lmlab.data.dataset import Dataset
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
-from lmlab.infer.threads import threads_for
+from lmlab.kernels.machine import threads_for
 from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
 from lmlab.runs.reading import MASK_TEXT

@@ -128,7 +128,7 @@ def plan_command(args: argparse.Namespace) -> int:
     from lmlab.compare.plan import plan
     from lmlab.compare.plan_table import format_plan
     from lmlab.eval.report import write_json
-    from lmlab.train.allocator import keep_freed_memory
+    from lmlab.kernels.machine import keep_freed_memory
 
     if not torch.cuda.is_available():
         keep_freed_memory()  # as pretrain does, so that steps are timed as it will run them

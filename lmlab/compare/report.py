@@ -39,7 +39,7 @@ def provenance(data: Path) -> dict:
     the machine it ran on (the ledger's seconds are this machine's)."""
     import torch
 
-    from lmlab.cpu_info import cpu_name
+    from lmlab.kernels.machine import cpu_name
     from lmlab.version import __version__
 
     source = Path(__file__).resolve().parents[1]

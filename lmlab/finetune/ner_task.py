@@ -22,7 +22,7 @@ from lmlab.finetune.readers import (
     read_conll,
 )
 from lmlab.finetune.task import Reading, Row, Task
-from lmlab.model.linear_cross_entropy import IGNORE_INDEX
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.objectives.batch import Batch, flat_positions
 from lmlab.objectives.losses import LossSum
 

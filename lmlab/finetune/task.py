@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
-from lmlab.model.linear_cross_entropy import IGNORE_INDEX
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch

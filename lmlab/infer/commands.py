@@ -105,7 +105,7 @@ def _shown(token: str) -> str:
 
 def fill_mask_command(args: argparse.Namespace) -> int:
     from lmlab.infer.fill_mask import fill_mask
-    from lmlab.infer.threads import threads_for
+    from lmlab.kernels.machine import threads_for
 
     texts = _read_texts(args)
     with threads_for(min(len(texts or args.ids), args.batch_size), args.threads):
@@ -125,7 +125,7 @@ def fill_mask_command(args: argparse.Namespace) -> int:
 
 def generate_command(args: argparse.Namespace) -> int:
     from lmlab.infer.generate import GenerationOptions, check_length, generate, generation_mode
-    from lmlab.infer.threads import threads_for
+    from lmlab.kernels.machine import threads_for
     from lmlab.runs.reading import parse_ids
 
     options = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -177,7 +177,7 @@ def _note_finish(result: Generation, run: Run) -> None:
 def embed_command(args: argparse.Namespace) -> int:
     from lmlab.atomic import make_directory
     from lmlab.infer.embed import embed, embedding_reading, save_npy
-    from lmlab.infer.threads import threads_for
+    from lmlab.kernels.machine import threads_for
 
     if args.out is not None:
         check_output_file(args.out, "vectors.npy")

@@ -3,7 +3,7 @@
 A token head runs at chosen positions (`at`, flat indices into B·T; None = everywhere): for
 MLM that skips the ~85% of rows of the costliest matmul that carry no target. A vocabulary
 head can also stop short of its decoder and return `Unprojected` features, which a loss
-projects and scores in one fused step (lmlab/model/linear_cross_entropy.py). A sequence head's
+projects and scores in one fused step (lmlab/kernels/linear_cross_entropy.py). A sequence head's
 `at` selects rows or gives pooling weights; a span head scores every position.
 """
 
@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
+from lmlab.kernels.linear import Linear
+from lmlab.kernels.linear_cross_entropy import linear_cross_entropy
 from lmlab.model.layers import gather_rows, make_norm
-from lmlab.model.linear import Linear
-from lmlab.model.linear_cross_entropy import linear_cross_entropy
 
 
 @dataclass

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
-from lmlab.model.linear import Linear
+from lmlab.kernels.linear import Linear
 
 
 def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.heads import Unprojected
-from lmlab.model.linear_cross_entropy import IGNORE_INDEX
 
 
 @dataclass

@@ -26,7 +26,7 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from lmlab.infer.threads import threads_for
+    from lmlab.kernels.machine import threads_for
     from lmlab.runs.run import usable_device
     from lmlab.serve.runs import RunTable
     from lmlab.serve.server import PlaygroundServer

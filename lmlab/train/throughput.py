@@ -17,8 +17,8 @@ import torch
 from lmlab.atomic import write_text_atomic
 from lmlab.cache import cache_dir
 from lmlab.config import ModelConfig
-from lmlab.cpu_info import cpu_name
-from lmlab.model.linear import dnn_linear
+from lmlab.kernels.linear import dnn_linear
+from lmlab.kernels.machine import cpu_name
 from lmlab.train.distributed import Env, from_rank_0
 from lmlab.train.precision import PRECISION_DTYPES
 
@@ -78,7 +78,7 @@ def probe_matmul_flops(dtype: torch.dtype, device: torch.device, seconds: float 
 
 def probe_cpu_flops(dtype: torch.dtype) -> float:
     """The CPU's peak for `dtype`: in fp32 the better of PyTorch's own product (MKL) and
-    oneDNN's, whichever lmlab runs (lmlab/model/linear.py), so that MFU is never measured
+    oneDNN's, whichever lmlab runs (lmlab/kernels/linear.py), so that MFU is never measured
     against the slower library's peak."""
     cpu = torch.device("cpu")
     if dtype != torch.float32 or not torch.backends.mkldnn.is_available():

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lmlab.cpu_info import cpu_vendor
+from lmlab.kernels.machine import cpu_vendor
 
 
 def onednn_enabled() -> bool:
