@@ -35,6 +35,17 @@ def _prefill_mask(lengths: Tensor, padded_len: int, prefix_lens: Sequence[int] |
     return MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segment_ids)
 
 
+def _next_logits(model: LanguageModel, ids: Tensor, mask: MaskSpec, positions: Tensor,
+                 cache: KVCache) -> Tensor:
+    """(B, V) logits for the token after each row of `ids` (B, T), whose keys and values join
+    the cache. For a prompt the LM head, and the last block past attention, run at its last
+    column only; a step's one column is every position (picking it out would only copy)."""
+    batch, length = ids.shape
+    last = None if length == 1 else torch.arange(1, batch + 1, device=ids.device) * length - 1
+    logits = model(ids, mask, positions=positions, cache=cache, predict_at={"lm": last})["lm"]
+    return logits.view(batch, -1)
+
+
 @torch.inference_mode()
 def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sampling,
            max_new_tokens: int, pad_id: int, prefix_lens: Sequence[int] | None = None,
@@ -75,10 +86,7 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
     if sampling.repetition_penalty != 1.0:
         seen = torch.zeros(batch, model.cfg.vocab_size, dtype=torch.bool, device=device)
         seen.scatter_(1, ids, True)  # padding marks [PAD], which is never a good choice
-    project = model.heads["lm"]  # (B, d) → (B, V)
-    hidden = model(ids, prefill_mask, positions=all_positions[:, :padded_len], cache=cache,
-                   predict_at={})["hidden"]
-    logits = project(hidden[:, -1])  # (B, V)
+    logits = _next_logits(model, ids, prefill_mask, all_positions[:, :padded_len], cache)
     step_mask = MaskSpec("causal")  # one new token may see every cached one
     for step in range(steps):
         chosen = next_tokens(logits, sampling, seen, generator)
@@ -92,7 +100,5 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
         column = padded_len + step
         if has_padding:
             step_mask = MaskSpec("causal", segment_ids=segments_until(column + 1))
-        hidden = model(chosen[:, None], step_mask,
-                       positions=all_positions[:, column:column + 1], cache=cache,
-                       predict_at={})["hidden"]
-        logits = project(hidden[:, -1])
+        logits = _next_logits(model, chosen[:, None], step_mask,
+                              all_positions[:, column:column + 1], cache)
