@@ -9,14 +9,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmlab.commands.pretrain import add_pretrain_options  # noqa: E402
-from lmlab.config.options import config_from_args  # noqa: E402
-from lmlab.data.dataset import in_memory_dataset  # noqa: E402
-from lmlab.data.synthetic import MarkovChain  # noqa: E402
-from lmlab.objectives import SpecialTokens  # noqa: E402
-from lmlab.train.config import TrainConfig  # noqa: E402
-from lmlab.train.loop import RunStopped  # noqa: E402
-from lmlab.train.pretrain import pretrain  # noqa: E402
+from lmlab.commands.pretrain import add_pretrain_options
+from lmlab.config.options import config_from_args
+from lmlab.data.dataset import in_memory_dataset
+from lmlab.data.synthetic import MarkovChain
+from lmlab.objectives import SpecialTokens
+from lmlab.train.config import TrainConfig
+from lmlab.train.loop import RunStopped
+from lmlab.train.pretrain import pretrain
 
 N_SYMBOLS = 50
 FIRST_ID = 7

@@ -98,7 +98,7 @@ def test_build_your_own_example_runs():
               if kind == "python" and "loss.backward()" in block]
     assert len(blocks) == 1
     scope = {}
-    exec(blocks[0], scope)  # noqa: S102 — the page's own example
+    exec(blocks[0], scope)  # the page's own example
     assert scope["loss"].isfinite() and scope["loss"] > 0
     assert any(p.grad is not None and p.grad.abs().sum() > 0
                for p in scope["model"].parameters())

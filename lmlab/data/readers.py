@@ -116,9 +116,9 @@ def _open_bytes(path: Path) -> BinaryIO:
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
     if name.endswith(".zst"):
-        reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)  # noqa: SIM115
+        reader = zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
         return io.BufferedReader(reader)
-    return open(path, "rb")  # noqa: SIM115
+    return open(path, "rb")
 
 
 def _check_text(path: Path) -> None:

@@ -59,7 +59,7 @@ class _OffsetFile:
     def __init__(self, path: Path, columns: int) -> None:
         self.path, self.columns, self.rows = path, columns, 0
         self.raw = path.with_suffix(".raw")
-        self.file = open(self.raw, "wb")  # noqa: SIM115
+        self.file = open(self.raw, "wb")
 
     def append(self, rows: np.ndarray) -> None:
         self.file.write(np.ascontiguousarray(rows, dtype=OFFSET_DTYPE).tobytes())
@@ -81,7 +81,7 @@ class TokenWriter:
     def __init__(self, directory: Path, split: str, vocab_size: int) -> None:
         self.directory, self.split = Path(directory), split
         self.dtype = token_dtype(vocab_size)
-        self.file = open(self.directory / f"{split}.tokens.bin", "wb")  # noqa: SIM115
+        self.file = open(self.directory / f"{split}.tokens.bin", "wb")
         self.hash = hashlib.sha256()
         self.documents = _OffsetFile(self.directory / f"{split}.documents.npy", 2)
         self.sentences = _OffsetFile(self.directory / f"{split}.sentences.npy", 2)

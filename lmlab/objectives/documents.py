@@ -19,11 +19,10 @@ def block_pad_id(special: SpecialTokens) -> int:
     return special.require_distinct("pad", "reading training blocks")
 
 
-def document_layout(tokens: Tensor, special: SpecialTokens,
-                    isolate_documents: bool = True) -> tuple[Tensor, Tensor]:
+def document_layout(tokens: Tensor, special: SpecialTokens) -> tuple[Tensor, Tensor]:
     """(segment_ids, positions) for a (B, T) block; positions restart in each document."""
     pad = block_pad_id(special)
-    if isolate_documents and special.eos is not None:
+    if special.eos is not None:
         segments = segments_from_document_ends(tokens, special.eos, pad)
     else:
         segments = (tokens != pad).long()

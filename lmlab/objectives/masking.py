@@ -5,8 +5,6 @@ Every function takes boolean (B, T) tensors and a torch.Generator; none knows a 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -70,35 +68,6 @@ def select_whole_words(eligible: Tensor, word_starts: Tensor, rate: float,
                                  lengths[order][before < budgets[row]].tolist(), strict=True):
             selected[row, start:start + length] = True
     return selected & word_eligible
-
-
-def geometric_length(u: float, p: float, max_length: int) -> int:
-    """Inverse-CDF draw from Geometric(p) on {1, 2, ...} for u in (0, 1], clipped."""
-    return min(max_length, 1 + int(math.log(u) / math.log1p(-p)))
-
-
-def select_spans(eligible: Tensor, rate: float, generator: torch.Generator,
-                 geometric_p: float = 0.2, max_span: int = 10) -> Tensor:
-    """SpanBERT (Joshi et al. 2020): contiguous spans of Geometric(p) length clipped to
-    `max_span`, at random eligible starts, until round(rate × eligible) tokens are selected.
-    A span stops early at an ineligible token and is cut to the remaining budget."""
-    selected = torch.zeros_like(eligible)
-    length = eligible.shape[1]
-    for row, budget in enumerate(selection_budget(eligible, rate).tolist()):
-        candidates = eligible[row].nonzero().squeeze(1).tolist()
-        count = 0
-        for _ in range(10 * length):  # bounded: overlapping draws may add nothing
-            if count >= budget:
-                break
-            u_length, u_start = torch.rand(2, generator=generator, dtype=torch.float64).tolist()
-            span = min(geometric_length(1.0 - u_length, geometric_p, max_span), budget - count)
-            start = candidates[int(u_start * len(candidates))]
-            stop = start
-            while stop < length and stop - start < span and eligible[row, stop]:
-                stop += 1
-            count += int((~selected[row, start:stop]).sum())
-            selected[row, start:stop] = True
-    return selected
 
 
 def replace_selected(tokens: Tensor, selected: Tensor, mask_id: int, ordinary_ids: Tensor,

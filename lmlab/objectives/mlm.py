@@ -49,10 +49,9 @@ class MaskedLM(Objective):
         targets    -    -   cat   -   down   -
 
     Options: `selection="exact"` selects exactly round(rate × eligible) per row; `whole_word`
-    selects whole words, using a per-vocabulary `word_start_table`; `span` selects SpanBERT
-    spans; `rate` may be a LinearRate schedule; `next_token` (GPT-BERT, Charpentier & Samuel
-    2024) predicts each masked token at the position before it, so the same head and shift
-    serve masked and causal rows.
+    selects whole words, using a per-vocabulary `word_start_table`; `rate` may be a LinearRate
+    schedule; `next_token` (GPT-BERT, Charpentier & Samuel 2024) predicts each masked token at
+    the position before it, so the same head and shift serve masked and causal rows.
     """
 
     name = "mlm"
@@ -62,24 +61,20 @@ class MaskedLM(Objective):
                  mask_prob: float = 0.8, random_prob: float = 0.1,
                  selection: Literal["bernoulli", "exact"] = "bernoulli",
                  whole_word: bool = False, word_start_table: Tensor | None = None,
-                 span: bool = False, next_token: bool = False, head: str | None = None,
-                 isolate_documents: bool = True) -> None:
+                 next_token: bool = False, head: str | None = None) -> None:
         if not 0.0 <= mask_prob + random_prob <= 1.0 or min(mask_prob, random_prob) < 0:
             raise ValueError("mask_prob and random_prob must be >= 0 and sum to at most 1")
         if whole_word and word_start_table is None:
             raise ValueError("whole-word masking needs a word_start_table from the tokenizer")
-        if whole_word and span:
-            raise ValueError("choose whole-word or span masking, not both")
         if selection not in ("bernoulli", "exact"):
             raise ValueError(f"selection must be 'bernoulli' or 'exact', got {selection!r}")
         self.special = special
         self.rate = rate
         self.mask_prob, self.random_prob = mask_prob, random_prob
-        self.selection, self.whole_word, self.span = selection, whole_word, span
+        self.selection, self.whole_word = selection, whole_word
         self.word_start_table = word_start_table
         self.next_token = next_token
         self.head = head or ("lm" if next_token else "mlm")
-        self.isolate_documents = isolate_documents
         special.require_all(self.traits.needs, self.title)
         self._special_table = special.special_table()
         self._ordinary_ids = special.ordinary_ids()
@@ -129,8 +124,6 @@ class MaskedLM(Objective):
             starts = masking.word_starts_from_table(tokens, self.word_start_table, special)
             return masking.select_whole_words(eligible, starts, rate, generator,
                                               exact=self.selection == "exact")
-        if self.span:
-            return masking.select_spans(eligible, rate, generator)
         if self.selection == "exact":
             return masking.select_exact(eligible, rate, generator)
         return masking.select_bernoulli(eligible, rate, generator)
@@ -149,7 +142,7 @@ class MaskedLM(Objective):
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         inputs, targets = self.corrupt(tokens, generator, step)
-        segments, positions = document_layout(tokens, self.special, self.isolate_documents)
+        segments, positions = document_layout(tokens, self.special)
         return Batch(
             input_ids=inputs,
             mask=MaskSpec("bidirectional", segment_ids=attention_segments(segments)),

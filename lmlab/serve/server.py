@@ -46,7 +46,7 @@ class Handler(BaseHTTPRequestHandler):
     server: PlaygroundServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args) -> None:
         pass  # one line per request would drown the terminal while a page polls
 
     def do_GET(self) -> None:

@@ -54,7 +54,7 @@ record goes on to the `trackers`, which are finished with the curves (if drawn) 
         if not self.enable:
             return
         if self.file is None:
-            self.file = open(self.path, "a")  # noqa: SIM115 - kept open for the run
+            self.file = open(self.path, "a")  # kept open for the run
         record = {"kind": kind, "step": step, **scalars}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
