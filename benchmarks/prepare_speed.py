@@ -140,7 +140,7 @@ def child(task: str, args: dict) -> dict:
     elif task == "read":
         from lmlab.data.loader import BlockBatches
 
-        dataset = lmlab.data.open(args["out"])
+        dataset = lmlab.data.open_dataset(args["out"])
         special = dataset.special
         start, cpu_before = begin()
         batches = BlockBatches(dataset.train, 128, 32, args["packing"], special.pad,

@@ -80,7 +80,7 @@ def test_prepared_documents_decode_to_the_cleaned_text_in_their_split(tmp_path):
         "meta.json", "stats.txt", "tokenizer.json", "train.documents.npy",
         "train.sentences.npy", "train.tokens.bin", "validation.documents.npy",
         "validation.sentences.npy", "validation.tokens.bin"]
-    dataset = lmlab.data.open(out)
+    dataset = lmlab.data.open_dataset(out)
     tokenizer = Tokenizer.from_str(dataset.tokenizer_json)
     expected = [t.replace("fox", "fóx", 1) for t in texts]
     train = [t for t in expected if split_of(t, 0.2) == "train"]
@@ -97,7 +97,7 @@ def test_sentence_offsets_cut_documents_into_their_sentences(tmp_path):
     texts = ["One two three. Four five!\nSix seven? Eight.", "Alpha beta gamma."] * 1 + \
         documents(60, seed=3)
     out = prepare_documents(texts, tmp_path / "data", **SMALL)
-    dataset = lmlab.data.open(out)
+    dataset = lmlab.data.open_dataset(out)
     tokenizer = Tokenizer.from_str(dataset.tokenizer_json)
     for source in (dataset.train, dataset.validation):
         documents_ = source.document_spans()
@@ -120,7 +120,7 @@ def test_sentence_offsets_cut_documents_into_their_sentences(tmp_path):
 
 def test_nsp_sentence_packing_reads_real_sentences_and_old_datasets_say_so(tmp_path):
     out = prepare_documents(documents(100, seed=4), tmp_path / "data", **SMALL)
-    dataset = lmlab.data.open(out)
+    dataset = lmlab.data.open_dataset(out)
     special = dataset.special
     batches = BlockBatches(dataset.train, 64, 4, "sentences", special.pad, special.sep)
     tokens = batches.batch(0).tokens
@@ -131,7 +131,7 @@ def test_nsp_sentence_packing_reads_real_sentences_and_old_datasets_say_so(tmp_p
         assert len(sentences) > 1
         assert all(s[-1] in ".!?" and s[0].isupper() for s in sentences), sentences
     (out / "train.sentences.npy").unlink()  # what a dataset of format 1 looks like
-    old = lmlab.data.open(out)
+    old = lmlab.data.open_dataset(out)
     with pytest.raises(DataError, match="no sentence offsets.*prepared again"):
         BlockBatches(old.train, 64, 4, "sentences", special.pad, special.sep)
     BlockBatches(old.train, 64, 4, "concatenate")  # everything else still reads it

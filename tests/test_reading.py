@@ -24,7 +24,7 @@ def dataset(tmp_path_factory):
                       for _ in range(rng.integers(2, 7))) for _ in range(300)]
     out = lmlab.data.prepare_documents(texts, tmp_path_factory.mktemp("d") / "data",
                                        vocab_size=300, sentinels=4, validation_fraction=0.1)
-    return lmlab.data.open(out)
+    return lmlab.data.open_dataset(out)
 
 
 def batches(dataset, packing, **options):
