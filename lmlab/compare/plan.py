@@ -18,10 +18,10 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
+from lmlab.compare.plan_budget import Budget
 from lmlab.compare.plan_timing import Size, Timings, time_sizes
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.data.dataset import Dataset, open_or_prepare
@@ -29,44 +29,12 @@ from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import FAMILIES, SIZES, auto_family, preset
-from lmlab.train.budget import parse_count
 from lmlab.train.config import TrainConfig, check_before_data
 from lmlab.train.throughput import objective_flops_per_token
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
 # repeated tokens are worth almost as much as new ones; beyond that their value fades.
 USEFUL_PASSES = 4
-
-
-@dataclass(frozen=True)
-class Budget:
-    kind: Literal["minutes", "flops", "tokens"]
-    amount: float
-
-    @classmethod
-    def read(cls, minutes: float | None, flops: float | str | None,
-             tokens: int | str | None) -> Budget:
-        """Exactly one of the three; tokens may be written 20M, FLOPs 1e18."""
-        given = {kind: value for kind, value in
-                 (("minutes", minutes), ("flops", flops), ("tokens", tokens)) if value is not None}
-        if len(given) != 1:
-            named = " and ".join(f"--{kind}" for kind in given) or "none"
-            raise ValueError(f"give exactly one budget (--minutes, --flops or --tokens), got "
-                             f"{named}")
-        ((kind, value),) = given.items()
-        if kind == "tokens" and str(value).strip().lower() == "chinchilla":
-            raise ValueError("a plan needs --tokens as a count such as 20M; the compute-optimal "
-                             "tokens are what it works out")
-        if kind == "tokens":
-            amount = float(parse_count(str(value)))
-        else:
-            try:
-                amount = float(value)
-            except ValueError:
-                raise ValueError(f"--{kind} {value!r} is not a number") from None
-        if not amount > 0:
-            raise ValueError(f"--{kind} must be positive, got {value}")
-        return cls(kind, amount)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lmlab.compare.plan import USEFUL_PASSES, Budget, Candidate, Plan
+from lmlab.compare.plan import USEFUL_PASSES, Candidate, Plan
+from lmlab.compare.plan_budget import Budget
 from lmlab.compare.plan_timing import MIN_TIMING_SECONDS, TIMING_SHARE
 from lmlab.eval.report import text_table
 from lmlab.train.budget import format_count

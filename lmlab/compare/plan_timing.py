@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
+from lmlab.compare.plan_budget import Budget
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
 from lmlab.train.step import step_seconds
 
 if TYPE_CHECKING:
-    from lmlab.compare.plan import Budget
     from lmlab.data.dataset import Dataset
     from lmlab.objectives.base import Objective
     from lmlab.train.config import TrainConfig
