@@ -65,6 +65,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def http_request(host: str, port: int, method: str, path: str, body=None,
+                 raw: bytes | None = None) -> tuple[int, object]:
+    """(status, decoded JSON or text) of one request to a server of `lmlab serve`."""
+    connection = http.client.HTTPConnection(host, port, timeout=120)
+    content = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    connection.request(method, path, content, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    text = response.read().decode()
+    connection.close()
+    is_json = response.getheader("Content-Type", "").startswith("application/json")
+    return response.status, json.loads(text) if is_json else text
+
+
 class Served:
     """A running `lmlab serve` and requests to it."""
 
@@ -72,14 +85,7 @@ class Served:
         self.port = port
 
     def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        content = None if body is None else json.dumps(body).encode()
-        connection.request(method, path, content, {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        text = response.read().decode()
-        connection.close()
-        is_json = response.getheader("Content-Type", "").startswith("application/json")
-        return response.status, json.loads(text) if is_json else text
+        return http_request("127.0.0.1", self.port, method, path, body)
 
 
 @contextmanager

@@ -1,7 +1,6 @@
 """`lmlab serve`'s JSON API over tiny runs: every endpoint, its bounds and its errors, with
 the server in a thread on a free port."""
 
-import http.client
 import json
 import socket
 import time
@@ -9,6 +8,7 @@ import time
 import pytest
 
 from lmlab.cli import main
+from tests.cli_process import http_request
 from tests.serve_runs import make_runs, serving
 
 
@@ -25,14 +25,7 @@ def server(runs):
 
 def request(server, method: str, path: str, body=None, raw: bytes | None = None):
     """(status, decoded JSON or text) of one request."""
-    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
-    content = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    connection.request(method, path, content, {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    text = response.read().decode()
-    connection.close()
-    is_json = response.getheader("Content-Type", "").startswith("application/json")
-    return response.status, json.loads(text) if is_json else text
+    return http_request(*server.server_address[:2], method, path, body, raw)
 
 
 def sse_events(text: str) -> list[tuple[str, dict]]:
