@@ -3,7 +3,7 @@
 lmlab is measured twice: like for like (PyTorch's default matmul path and malloc, as HF uses),
 and as `lmlab pretrain` runs by default (oneDNN fp32 linear layers on CPUs other than Intel's,
 malloc keeping freed memory: lmlab/kernels/machine.py), whose gain is reported separately.
-MFU is against the device's own peak for the precision (lmlab.train.throughput), and the
+MFU is against the device's own peak for the precision (lmlab.train.flops), and the
 results name the machine they were measured on. "Products alone" times nothing but a step's
 matrix products at their shapes on this machine (`floor_step_fn`): the pace no implementation
 can beat, and each one's share of it.
@@ -272,7 +272,7 @@ def measure_one(implementation: str, objective: str, setting: str, steps: int, w
     if device.type == "cuda":
         result["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     if counted is not None:
-        from lmlab.train.throughput import device_peak_flops, objective_flops_per_token
+        from lmlab.train.flops import device_peak_flops, objective_flops_per_token
 
         cfg, objective = counted
         # the device's own peak for the precision: on a CPU, fp32 the better of MKL and

@@ -16,8 +16,8 @@ from lmlab.presets import preset
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import pretrain as pretraining
 from lmlab.train.config import TrainConfig
+from lmlab.train.flops import flops_per_token, objective_flops_per_token
 from lmlab.train.metrics import read_metrics
-from lmlab.train.throughput import flops_per_token, objective_flops_per_token
 from tests.conftest import random_block, seeded
 from tests.synthetic_run import synthetic_dataset
 

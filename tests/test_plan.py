@@ -20,7 +20,7 @@ from lmlab.data.dataset import open_dataset
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.train.config import TrainConfig
-from lmlab.train.throughput import flops_per_token, objective_flops_per_token
+from lmlab.train.flops import flops_per_token, objective_flops_per_token
 
 FAST = dict(seq_len=32, batch_size=4, steps_to_time=1)
 WORDS = "the a quick slow brown fox dog cat jumps runs over under lazy old river bank".split()

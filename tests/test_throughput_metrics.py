@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
-from lmlab.train import throughput
+from lmlab.train import flops
 from lmlab.train.metrics import MetricsLog, read_metrics
 
 
 def test_flops_per_token_by_hand():
     cfg = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)
     per_layer = 6 * (4 * 64 * 64 + 2 * 64 * 256) + 12 * 64 * 128
-    assert throughput.flops_per_token(cfg, 128) == 2 * per_layer + 6 * 64 * 1000
-    sparse = throughput.flops_per_token(cfg, 128, predicted_fraction=0.15)
-    assert throughput.flops_per_token(cfg, 128) - sparse == 6 * 64 * 1000 * 0.85
+    assert flops.flops_per_token(cfg, 128) == 2 * per_layer + 6 * 64 * 1000
+    sparse = flops.flops_per_token(cfg, 128, predicted_fraction=0.15)
+    assert flops.flops_per_token(cfg, 128) - sparse == 6 * 64 * 1000 * 0.85
 
 
 def test_cpu_peak_is_probed_once_a_process_and_the_cache_keeps_the_best(tmp_path,
@@ -24,33 +24,33 @@ def test_cpu_peak_is_probed_once_a_process_and_the_cache_keeps_the_best(tmp_path
     cached = lambda: list(json.loads((tmp_path / "peak_flops.json").read_text()).values())  # noqa: E731
     probes = [1e11, 5e10, 2e11]  # quiet, then busy (reads low), then quieter still
     calls = []
-    monkeypatch.setattr(throughput, "probe_cpu_flops",
+    monkeypatch.setattr(flops, "probe_cpu_flops",
                         lambda dtype: calls.append(dtype) or probes[len(calls) - 1])
-    monkeypatch.setattr(throughput, "_PEAKS_THIS_PROCESS", {})
-    assert throughput.cpu_peak_flops(torch.float32) == 1e11
-    assert throughput.cpu_peak_flops(torch.float32) == 1e11
+    monkeypatch.setattr(flops, "_PEAKS_THIS_PROCESS", {})
+    assert flops.cpu_peak_flops(torch.float32) == 1e11
+    assert flops.cpu_peak_flops(torch.float32) == 1e11
     assert calls == [torch.float32] and cached() == [1e11]
     for expected in (1e11, 2e11):  # a new process each time
-        monkeypatch.setattr(throughput, "_PEAKS_THIS_PROCESS", {})
-        assert throughput.cpu_peak_flops(torch.float32) == expected
+        monkeypatch.setattr(flops, "_PEAKS_THIS_PROCESS", {})
+        assert flops.cpu_peak_flops(torch.float32) == expected
         assert cached() == [expected]
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this build")
 def test_the_fp32_cpu_peak_is_the_faster_library_s(monkeypatch):
-    rates = {torch.matmul: 3e11, throughput.dnn_linear: 2e11}
-    monkeypatch.setattr(throughput, "probe_matmul_flops",
+    rates = {torch.matmul: 3e11, flops.dnn_linear: 2e11}
+    monkeypatch.setattr(flops, "probe_matmul_flops",
                         lambda dtype, device, seconds, multiply=torch.matmul: rates[multiply])
-    assert throughput.probe_cpu_flops(torch.float32) == 3e11
-    rates[throughput.dnn_linear] = 4e11
-    assert throughput.probe_cpu_flops(torch.float32) == 4e11
+    assert flops.probe_cpu_flops(torch.float32) == 3e11
+    rates[flops.dnn_linear] = 4e11
+    assert flops.probe_cpu_flops(torch.float32) == 4e11
 
 
 def test_real_probe_is_positive_and_gpu_table_by_name():
-    assert throughput.probe_matmul_flops(torch.float32, torch.device("cpu"), 0.05) > 1e8
-    assert throughput.gpu_peak_flops("NVIDIA H100 80GB HBM3", torch.bfloat16) == 989e12
-    assert throughput.gpu_peak_flops("NVIDIA A100-SXM4-40GB", torch.float32) == 19.5e12
-    assert throughput.gpu_peak_flops("Mystery GPU", torch.bfloat16) is None
+    assert flops.probe_matmul_flops(torch.float32, torch.device("cpu"), 0.05) > 1e8
+    assert flops.gpu_peak_flops("NVIDIA H100 80GB HBM3", torch.bfloat16) == 989e12
+    assert flops.gpu_peak_flops("NVIDIA A100-SXM4-40GB", torch.float32) == 19.5e12
+    assert flops.gpu_peak_flops("Mystery GPU", torch.bfloat16) is None
 
 
 def test_metrics_log_truncates_redone_steps_and_plots(tmp_path):

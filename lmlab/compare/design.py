@@ -195,7 +195,7 @@ class SubRun:
     fraction: float
     steps: int | None  # None under a time budget
     minutes: float | None
-    flops_per_step: float  # counted (lmlab.train.throughput), not measured
+    flops_per_step: float  # counted (lmlab.train.flops), not measured
     tokens_per_step: int
     predictions_per_step: float  # positions that carry a target, as the objective counts
     out: Path = field(compare=False)
@@ -211,7 +211,7 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     from lmlab.compare.measures import check_held_out
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
-    from lmlab.train.throughput import objective_flops_per_token
+    from lmlab.train.flops import objective_flops_per_token
 
     check_held_out(dataset, cfg.eval_tokens)
     model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)

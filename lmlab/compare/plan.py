@@ -30,7 +30,7 @@ from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import FAMILIES, SIZES, auto_family, preset
 from lmlab.train.config import TrainConfig, check_before_data
-from lmlab.train.throughput import objective_flops_per_token
+from lmlab.train.flops import objective_flops_per_token
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
 # repeated tokens are worth almost as much as new ones; beyond that their value fades.

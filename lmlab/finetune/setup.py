@@ -28,11 +28,11 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint, pretraining_config
 from lmlab.train import distributed
+from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
 from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, micro_batches_per_step, start
-from lmlab.train.throughput import all_ranks_peak_flops, flops_per_token
 
 
 class FinetuneError(ValueError):

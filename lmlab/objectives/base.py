@@ -96,7 +96,7 @@ class Objective:
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         """The expected share of a (rows, seq_len) micro-batch's positions at which training
-        runs a vocabulary projection, for FLOP counting (lmlab.train.throughput): the fused
+        runs a vocabulary projection, for FLOP counting (lmlab.train.flops): the fused
         projection and cross-entropy skip positions without a target, so it is the share that
         carries one. Each objective counts its own."""
         raise NotImplementedError

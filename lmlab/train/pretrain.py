@@ -31,6 +31,7 @@ from lmlab.train.budget import (
 )
 from lmlab.train.config import EVAL_EVERY_STEPS, TrainConfig
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
+from lmlab.train.flops import all_ranks_peak_flops, objective_flops_per_token
 from lmlab.train.loop import (
     LoopState,
     Training,
@@ -41,7 +42,6 @@ from lmlab.train.resume import BUDGETS, trained_steps
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
-from lmlab.train.throughput import all_ranks_peak_flops, objective_flops_per_token
 
 
 def preset_name(cfg: TrainConfig, objective: Objective) -> str:
