@@ -21,7 +21,7 @@ from lmlab.finetune.data import TaskData
 from lmlab.finetune.evaluate import row_outputs
 from lmlab.finetune.sequence_tasks import ClassifyTask
 from lmlab.finetune.setup import Splits, resolved
-from lmlab.finetune.task import Reading, Row
+from lmlab.finetune.task import Reading, Row, resolve_reading
 from lmlab.model.heads import make_head
 from lmlab.model.model import LanguageModel
 from lmlab.objectives import SpecialTokens
@@ -90,8 +90,8 @@ def test_the_default_reading_follows_pretraining_and_is_recorded(objective, atte
                                                                   pooling):
     pretrained = SimpleNamespace(objective=build_objective(objective, SPECIAL), max_seq_len=16,
                                  model=SimpleNamespace(cfg=SimpleNamespace(dropout=0.0)))
-    assert Reading.resolve(pretrained.objective, "auto", "auto") == Reading(attention, pooling)
+    assert resolve_reading(pretrained.objective, "auto", "auto") == Reading(attention, pooling)
     recorded = resolved(CFG, pretrained, Splits([], [], None))
     assert (recorded.attention, recorded.pooling) == (attention, pooling)
     # An explicit choice wins; pooling left to `auto` follows the attention chosen.
-    assert Reading.resolve(pretrained.objective, "causal", "auto") == Reading("causal", "last")
+    assert resolve_reading(pretrained.objective, "causal", "auto") == Reading("causal", "last")

@@ -6,11 +6,12 @@ import json
 
 import pytest
 
+from lmlab.config import ModelConfig
 from lmlab.runs.layout import RunDirError, prepare_run_dir
+from lmlab.runs.schema import RunConfig
 from lmlab.train import pretrain as pretraining
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
-from lmlab.train.resume import RESUMES
 from lmlab.train.schedule import Schedule
 from tests.synthetic_run import synthetic_dataset
 
@@ -66,7 +67,7 @@ def test_a_longer_budget_continues_the_run_and_is_recorded(tmp_path, dataset):
         + [3e-3 * stretched(r["step"] - 1) for r in rows[len(first):]])
     saved = saved_config(tmp_path)
     assert saved["train"]["steps"] == 8 and saved["train"]["log_every"] == 2
-    assert saved[RESUMES] == [{"from_checkpoint": "step-00000004",
+    assert saved["resumes"] == [{"from_checkpoint": "step-00000004",
                                "changed": {"steps": {"from": 4, "to": 8}}}]
 
 
@@ -74,7 +75,7 @@ def test_a_resume_that_names_no_budget_keeps_the_saved_one(tmp_path, dataset):
     pretraining.pretrain(config(tmp_path), dataset)
     pretraining.pretrain(config(tmp_path, resume=True, steps=None), dataset)
     assert train_rows(tmp_path)[-1]["step"] == 4
-    assert saved_config(tmp_path)["train"]["steps"] == 4 and RESUMES not in saved_config(tmp_path)
+    assert saved_config(tmp_path)["train"]["steps"] == 4 and "resumes" not in saved_config(tmp_path)
 
 
 def test_a_budget_the_run_already_passed_is_refused(tmp_path, dataset):
@@ -121,7 +122,7 @@ def test_a_refused_budget_leaves_config_json_as_it_was(tmp_path, dataset):
 
 
 def test_a_run_continues_only_with_the_tokenizer_it_was_trained_with(tmp_path):
-    config = {"train": {"steps": 4}, "model": {"vocab_size": 8}}
+    config = RunConfig(ModelConfig(vocab_size=8), {"objective": "clm", "steps": 4})
     prepare_run_dir(tmp_path / "run", config, resume=False, overwrite=False,
                     tokenizer_json='{"model": "one"}')
     with pytest.raises(RunDirError, match="was trained with another tokenizer"):

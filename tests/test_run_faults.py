@@ -19,7 +19,6 @@ from lmlab.export.importer import import_hf
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of, verify_checkpoint
-from lmlab.runs.layout import TOKENIZER_SHA256
 from lmlab.runs.run import load_run
 from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
@@ -230,7 +229,7 @@ def test_a_tokenizer_swapped_into_a_run_is_refused(run, capsys):
 
 def test_a_run_saved_before_tokenizers_were_recorded_still_loads(run):
     config = json.loads((run / "config.json").read_text())
-    del config[TOKENIZER_SHA256]
+    del config["tokenizer_sha256"]
     (run / "config.json").write_text(json.dumps(config))
     assert load_run(run).tokenizer is not None
 
@@ -248,5 +247,5 @@ def test_fine_tuned_and_imported_runs_record_their_tokenizer(trained, tmp_path):
     imported = import_hf(tmp_path / "hf", tmp_path / "imported").out
     for made in (fine_tuned, imported):
         config = json.loads((made / "config.json").read_text())
-        assert config[TOKENIZER_SHA256] == sha256_of(made / "tokenizer.json")
+        assert config["tokenizer_sha256"] == sha256_of(made / "tokenizer.json")
         assert load_run(made).tokenizer is not None

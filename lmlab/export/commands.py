@@ -57,12 +57,12 @@ def import_command(args: argparse.Namespace) -> int:
     heads = ", ".join(imported.heads) or "no head"
     print(f"imported {args.source} ({imported.family} family, {heads}) as a run trained with "
           f"{imported.objective} in {imported.out}")
-    if imported.embedding:
+    if imported.embedding is not None:
         embedding = imported.embedding
         print(f"lmlab embed pools it as its sentence-transformers modules say: "
-              f"{embedding['pooling']} pooling"
-              + (", normalised" if embedding["normalize"] else "")
-              + (f", texts cut to {embedding['max_len']} tokens" if "max_len" in embedding
+              f"{embedding.pooling} pooling"
+              + (", normalised" if embedding.normalize else "")
+              + (f", texts cut to {embedding.max_len} tokens" if embedding.max_len
                  else ""))
     if imported.embedding_note:
         print(imported.embedding_note, file=sys.stderr)

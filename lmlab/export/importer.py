@@ -12,7 +12,6 @@ pooling and normalisation are recorded for `lmlab embed` (see st_pooling.py).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +28,14 @@ from lmlab.export.st_pooling import read_embedding
 from lmlab.model import LanguageModel
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
-from lmlab.runs.layout import (
-    CHECKPOINTS,
-    CONFIG,
-    TOKENIZER_SHA256,
-    seen_from_run,
-    write_tokenizer,
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, seen_from_run, write_tokenizer
+from lmlab.runs.schema import (
+    Embedding,
+    ImportRecord,
+    RunConfig,
+    RunConfigError,
+    read_run_config,
+    write_run_config,
 )
 
 # Buffers some checkpoints carry that hold no learnt weight: BERT's position ids, old GPT-2
@@ -54,7 +55,7 @@ class Imported:
     objective: str
     heads: tuple[str, ...]
     left_out: list[str]  # HF weights not imported (task heads)
-    embedding: dict | None = None  # how a sentence-transformers model pools, as recorded
+    embedding: Embedding | None = None  # how a sentence-transformers model pools, as recorded
     embedding_note: str | None = None  # why a sentence-transformers pooling was not recorded
 
 
@@ -140,8 +141,8 @@ def _check_objective(hf: HFModel, objective: str) -> None:
 
 def _earlier_import(out: Path) -> bool:
     try:
-        return "imported" in json.loads((out / CONFIG).read_text())
-    except (OSError, ValueError, TypeError):
+        return read_run_config(out / CONFIG).imported is not None
+    except (OSError, RunConfigError):
         return False
 
 
@@ -154,15 +155,16 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
     family, model, objective, left_out = convert(hf)
     embedding, note = (None, None) if source.suffix == ".gguf" else read_embedding(
         source, model.cfg.max_seq_len)
-    config = {"model": model.cfg.to_dict(), "train": {"objective": objective},
-              "heads": dict.fromkeys(model.heads, {}), "special_tokens": hf.roles,
-              "imported": {"from": seen_from_run(out, source),
-                           "architectures": hf.config.get("architectures"), "family": family}}
-    if embedding:
-        config["embedding"] = embedding
+    architectures = hf.config.get("architectures")
     with atomic_directory(out) as staging:
-        config[TOKENIZER_SHA256] = write_tokenizer(staging, hf.tokenizer.to_str())
-        (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
+        write_run_config(staging / CONFIG, RunConfig(
+            model.cfg, {"objective": objective}, heads=dict.fromkeys(model.heads, {}),
+            special_tokens=hf.roles,
+            tokenizer_sha256=write_tokenizer(staging, hf.tokenizer.to_str()),
+            imported=ImportRecord(seen_from_run(out, source),
+                                  None if architectures is None else tuple(architectures),
+                                  family),
+            embedding=embedding))
         publish_checkpoint(staging / CHECKPOINTS / checkpoint_name(0), 0,
                            untied(model.state_dict(), model), {"loop": {}},
                            {"imported_from": source.name})

@@ -5,12 +5,12 @@ so that the run embeds as the model's makers defined it.
     1_Pooling/config.json       the pooling mode (`pooling_mode`, or the older booleans)
     sentence_bert_config.json   max_seq_length: longer texts are cut to it
 
-The run's config.json records this as its `embedding` entry: {"pooling", "normalize",
-"max_len"}. sentence-transformers pools over every token the model read, [CLS] and [SEP]
-included; lmlab's `mean-all` pooling is that mean, and its `cls` the first position. Other
-modes (max, mean_sqrt_len_tokens, weightedmean, lasttoken, several at once) and other
-modules (Dense, ...) are not what `lmlab embed` computes: the import then notes why, and the
-run embeds with lmlab's defaults.
+The run's config.json records this as its `embedding` entry (lmlab.runs.schema.Embedding).
+sentence-transformers pools over every token the model read, [CLS] and [SEP] included;
+lmlab's `mean-all` pooling is that mean, and its `cls` the first position. Other modes (max,
+mean_sqrt_len_tokens, weightedmean, lasttoken, several at once) and other modules (Dense, ...)
+are not what `lmlab embed` computes: the import then notes why, and the run embeds with
+lmlab's defaults.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmlab.export.hf_files import HFImportError, read_json, read_json_object
+from lmlab.runs.schema import Embedding
 
 MODULES = "modules.json"
 SETTINGS = "sentence_bert_config.json"
@@ -35,7 +36,7 @@ class _NotComputed(Exception):
     """A well-formed configuration that lmlab's embed does not compute; says what it asks."""
 
 
-def read_embedding(directory: Path, context: int) -> tuple[dict | None, str | None]:
+def read_embedding(directory: Path, context: int) -> tuple[Embedding | None, str | None]:
     """(the run's `embedding` entry, or None; a note saying why the directory's own pooling
     was not recorded, or None). No modules.json: (None, None). `context` is the model's."""
     path = directory / MODULES
@@ -60,7 +61,7 @@ def _modules(path: Path) -> list[tuple[str, str]]:
     return [(m["type"].rsplit(".", 1)[-1], m.get("path", "")) for m in found]
 
 
-def _entry(directory: Path, modules: list[tuple[str, str]], context: int) -> dict:
+def _entry(directory: Path, modules: list[tuple[str, str]], context: int) -> Embedding:
     kinds = [kind for kind, _ in modules]
     if kinds[:2] != ["Transformer", "Pooling"] or kinds[2:] not in ([], ["Normalize"]):
         raise _NotComputed(f"its modules are {' → '.join(kinds) or 'none'}, not Transformer → "
@@ -68,12 +69,11 @@ def _entry(directory: Path, modules: list[tuple[str, str]], context: int) -> dic
     mode = pooling_mode(read_json_object(_inside(directory, modules[1][1]) / "config.json"))
     if mode not in ST_POOLINGS:
         raise _NotComputed(f"it pools with {mode}")
-    entry = {"pooling": ST_POOLINGS[mode], "normalize": kinds[-1] == "Normalize"}
     settings = directory / SETTINGS
     max_len = read_json_object(settings).get("max_seq_length") if settings.is_file() else None
-    if isinstance(max_len, int) and not isinstance(max_len, bool) and 0 < max_len < context:
-        entry["max_len"] = max_len
-    return entry
+    if not (isinstance(max_len, int) and not isinstance(max_len, bool) and 0 < max_len < context):
+        max_len = None
+    return Embedding(ST_POOLINGS[mode], kinds[-1] == "Normalize", max_len)
 
 
 def pooling_mode(config: dict) -> str:

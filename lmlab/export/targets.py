@@ -71,16 +71,16 @@ def _no_class(family: str, heads: tuple[str, ...]) -> str:
 
 def _check_reading(run: Run, family: str) -> None:
     """HF's BERT classes read bidirectionally (and pool [CLS]); GPT-2 and Llama causally."""
-    if "task" in run.config:  # fine-tuned: its own reading, saved with its training config
+    if run.task is not None:  # fine-tuned: its own reading
         if family != "bert":
             return  # no gpt2 or Llama task class fits lmlab's heads; export_target says so
-        train = run.config["train"]
-        if train.get("attention") != "bidirectional":
-            raise ExportError(f"the run was fine-tuned with {train.get('attention')} attention; "
+        reading = run.task.reading
+        if reading.attention != "bidirectional":
+            raise ExportError(f"the run was fine-tuned with {reading.attention} attention; "
                               "BERT's task classes read bidirectionally (fine-tune with "
                               "--attention bidirectional to export)")
-        if "classify" in run.model.heads and train.get("pooling") != "cls":
-            raise ExportError(f"the run pools its {train.get('pooling')} tokens; "
+        if "classify" in run.model.heads and reading.pooling != "cls":
+            raise ExportError(f"the run pools its {reading.pooling} tokens; "
                               "BertForSequenceClassification pools [CLS] (fine-tune with "
                               "--pooling cls to export)")
         return
@@ -100,14 +100,14 @@ def _check_reading(run: Run, family: str) -> None:
 
 def _task_config(run: Run) -> dict:
     """config.json fields of a fine-tuned head: labels, and the loss HF should train with."""
-    task = run.config.get("task")
-    if task is None or task["name"] == "qa":
+    task = run.task
+    if task is None or task.name == "qa":
         return {}
-    if task["name"] == "regress":
+    if task.name == "regress":
         return {"num_labels": 1, "problem_type": "regression"}
-    labels = task["labels"]
+    labels = task.labels
     extra = {"id2label": dict(enumerate(labels)),
              "label2id": {label: index for index, label in enumerate(labels)}}
-    if task["name"] != "ner":
+    if task.name != "ner":
         extra["problem_type"] = "single_label_classification"
     return extra

@@ -24,7 +24,6 @@ from lmlab.export.hf_files import EXPORT_RECORD
 from lmlab.export.targets import ExportError, Target, export_target
 from lmlab.export.tokenizer_files import write_tokenizer_files
 from lmlab.runs import Run
-from lmlab.runs.run import special_token_names
 
 # The parity check's bound: fp32 on CPU agrees to about 1e-6; more means a wrong mapping.
 CHECK_TOLERANCE = 1e-4
@@ -80,9 +79,10 @@ def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
             (staging / name).write_text(json.dumps(content, indent=2) + "\n")
         save_file(_weights(run, target), str(staging / "model.safetensors"),
                   metadata={"format": "pt"})
-        write_tokenizer_files(staging, tokenizer, special_token_names(run.config), run.special,
+        write_tokenizer_files(staging, tokenizer, run.config.special_token_names, run.special,
                               run.max_seq_len, token_types=bool(run.model.cfg.type_vocab_size),
-                              pair_framed="task" in run.config or run.objective.framing == "pair")
+                              pair_framed=run.task is not None
+                              or run.objective.framing == "pair")
         if check and _transformers_installed():
             from lmlab.export.check import max_difference
 

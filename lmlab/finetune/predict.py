@@ -5,7 +5,6 @@ answer with its score and character span, or entities with type, score and chara
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 
 from lmlab.finetune.config import FinetuneConfig
@@ -19,12 +18,11 @@ from lmlab.runs.run import RunLoadError, load_run
 
 def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:
     """The task a run was fine-tuned for, as its config saved it."""
-    if "task" not in run.config:
+    if run.task is None:
         raise RunLoadError(f"{run.path} is not fine-tuned (it was pre-trained with "
                            f"{run.spec}); fine-tune it first with lmlab finetune")
-    known = {spec.name for spec in fields(FinetuneConfig)}  # fields since retired are left out
-    cfg = FinetuneConfig(**{k: v for k, v in run.config["train"].items() if k in known})
-    return make_task(cfg, run.config["task"]["labels"]), cfg
+    cfg = run.config.settings(FinetuneConfig)
+    return make_task(cfg, run.task.labels), cfg
 
 
 def predict(run: Run | str | Path, texts: Sequence[str] | None = None,

@@ -19,14 +19,15 @@ from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
-from lmlab.finetune.task import Reading, Task
+from lmlab.finetune.task import Reading, Task, resolve_reading
 from lmlab.finetune.tasks import make_task
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
-from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint, pretraining_config
+from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
+from lmlab.runs.schema import RunConfig, RunTask, Source
 from lmlab.train import distributed
 from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
@@ -62,7 +63,7 @@ def read_splits(task: Task, cfg: FinetuneConfig) -> Splits:
 def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneConfig:
     """`cfg` with every `auto`/none that depends on the model or the data made concrete, so
     the saved config says exactly how the model was fine-tuned and reads."""
-    reading = Reading.resolve(pretrained.objective, cfg.attention, cfg.pooling)
+    reading = resolve_reading(pretrained.objective, cfg.attention, cfg.pooling)
     max_len = cfg.max_len or pretrained.max_seq_len
     if max_len > pretrained.max_seq_len:
         raise FinetuneError(f"--max-len {max_len} is longer than the model's context of "
@@ -162,24 +163,22 @@ def _load_pretrained(source: str | Path, cfg: FinetuneConfig) -> Run:
         if error.damaged is None:
             raise
         raise RunLoadError(error.damaged.advised("--pretrained-checkpoint")) from None
-    if "task" in pretrained.config:
-        task_name = pretrained.config["task"]["name"]
-        raise FinetuneError(f"{source} is already fine-tuned for {task_name}; fine-tune the "
-                            "pre-trained run it came from")
+    if pretrained.task is not None:
+        raise FinetuneError(f"{source} is already fine-tuned for {pretrained.task.name}; "
+                            "fine-tune the pre-trained run it came from")
     return pretrained
 
 
 def _run_config(out: Path, cfg: FinetuneConfig, pretrained: Run, model: LanguageModel,
-                task: Task) -> dict:
-    config = {"train": cfg.to_dict(), "model": model.cfg.to_dict(),
-              "pretraining": pretraining_config(pretrained.config),
-              "source": {"run": seen_from_run(out, pretrained.path),
-                         "checkpoint": pretrained.checkpoint.name},
-              "task": {"name": cfg.task, "labels": task.labels},
-              "heads": {task.head: task.head_options()}}
-    if "special_tokens" in pretrained.config:  # an imported run's own roles (BERT: no [BOS])
-        config["special_tokens"] = pretrained.config["special_tokens"]
-    return config
+                task: Task) -> RunConfig:
+    labels = None if task.labels is None else tuple(task.labels)
+    return RunConfig(
+        model.cfg, cfg.to_dict(), pretraining=dict(pretrained.config.pretraining_settings),
+        source=Source(seen_from_run(out, pretrained.path), pretrained.checkpoint.name),
+        task=RunTask(cfg.task, labels, Reading(cfg.attention, cfg.pooling), task.head,
+                     task.head_options()),
+        # an imported run's own roles (BERT has no [BOS])
+        special_tokens=pretrained.config.special_tokens)
 
 
 def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:

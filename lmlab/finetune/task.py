@@ -24,6 +24,7 @@ from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.reading import pad_right
+from lmlab.runs.schema import Reading
 
 
 @dataclass
@@ -37,28 +38,20 @@ class Row:
     extra: dict = field(default_factory=dict)  # task-specific: word ids, a QA window
 
 
-@dataclass(frozen=True)
-class Reading:
-    """How the model reads a row: its attention, and which position(s) a sequence head pools."""
-
-    attention: str  # "bidirectional" or "causal"
-    pooling: str  # "cls", "mean" or "last"
-
-    @classmethod
-    def resolve(cls, objective: Objective, attention: str, pooling: str) -> Reading:
-        """`auto` choices: a model that only ever read causally keeps causal attention and
-        pools its last token (the only one that has seen the whole text); others read
-        bidirectionally and pool [CLS] when pre-training taught it (next-sentence
-        prediction), else the mean of all tokens. Prefix and span models read the input as
-        their bidirectional prefix."""
-        if attention == "auto":
-            attention = "causal" if objective.reads_causally else "bidirectional"
-        if pooling == "auto":
-            if attention == "causal":
-                pooling = "last"
-            else:
-                pooling = "cls" if objective.framing == "pair" else "mean"
-        return cls(attention, pooling)
+def resolve_reading(objective: Objective, attention: str, pooling: str) -> Reading:
+    """How a model pre-trained with `objective` reads rows, its `auto` choices made: a model
+    that only ever read causally keeps causal attention and pools its last token (the only
+    one that has seen the whole text); others read bidirectionally and pool [CLS] when
+    pre-training taught it (next-sentence prediction), else the mean of all tokens. Prefix
+    and span models read the input as their bidirectional prefix."""
+    if attention == "auto":
+        attention = "causal" if objective.reads_causally else "bidirectional"
+    if pooling == "auto":
+        if attention == "causal":
+            pooling = "last"
+        else:
+            pooling = "cls" if objective.framing == "pair" else "mean"
+    return Reading(attention, pooling)
 
 
 def pooling_weights(lengths: Sequence[int], width: int, pooling: str) -> Tensor:

@@ -24,16 +24,17 @@ from lmlab.infer.choices import POOLINGS
 from lmlab.model import MaskSpec
 from lmlab.runs import Run
 from lmlab.runs.reading import Text, as_batch, encode, pad_right, reading_document
+from lmlab.runs.schema import Embedding
 
 
 def embedding_reading(run: Run, pooling: str | None = None,
                       normalize: bool | None = None) -> tuple[str, bool]:
     """(pooling, normalize): those given, else those the run records, else mean, unscaled."""
-    recorded = run.config.get("embedding", {})
-    pooling = pooling or recorded.get("pooling", "mean")
+    recorded = run.config.embedding or Embedding()
+    pooling = pooling or recorded.pooling or "mean"
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
-    return pooling, recorded.get("normalize", False) if normalize is None else normalize
+    return pooling, bool(recorded.normalize) if normalize is None else normalize
 
 
 def embed(run: Run, texts: Text | Sequence[Text], pooling: str | None = None,
@@ -67,7 +68,7 @@ def embed(run: Run, texts: Text | Sequence[Text], pooling: str | None = None,
 def _cut(run: Run, ids: list[int]) -> list[int]:
     """The text cut to the length the run records for embeddings, its framing included (as
     sentence-transformers cuts texts to max_seq_length); whole when none is recorded."""
-    max_len = run.config.get("embedding", {}).get("max_len")
+    max_len = (run.config.embedding or Embedding()).max_len
     if max_len is None:
         return ids
     return ids[: max(1, max_len - len(reading_document(run, [])[0]))]

@@ -11,17 +11,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from lmlab.atomic import atomic_write, make_directory, write_text_atomic
+from lmlab.atomic import atomic_write, make_directory
 from lmlab.runs.checkpoints import list_checkpoints, remove_unfinished
+from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config, write_run_config
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
-TOKENIZER_SHA256 = "tokenizer_sha256"  # config.json's record of the tokenizer.json written
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
@@ -38,7 +38,7 @@ def seen_from_run(out: Path, path: str | Path) -> str:
     return os.path.relpath(Path(path).resolve(), Path(out).resolve())
 
 
-def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
+def prepare_run_dir(out: Path, config: RunConfig, resume: bool, overwrite: bool,
                     tokenizer_json: str | None = None) -> Path | None:
     """Make `out` ready, with `config` and the run's tokenizer (if it has one) written;
     returns the checkpoint to resume from, if any.
@@ -51,24 +51,30 @@ def prepare_run_dir(out: Path, config: dict, resume: bool, overwrite: bool,
         raise RunDirError(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not saved.is_file():
         raise RunDirError(f"{out} holds files that are not an lmlab run; choose another --out")
-    if saved.is_file():
-        previous = json.loads(saved.read_text())
-        same = _comparable(previous) == _comparable(config)
-        if overwrite:
-            shutil.rmtree(out)
-        elif not (resume or same):
+    if saved.is_file() and overwrite:
+        shutil.rmtree(out)
+    elif saved.is_file():
+        previous = _saved_config(saved)
+        if not (resume or _comparable(previous) == _comparable(config)):
             raise RunDirError(f"{out} holds another run; pass --resume to continue it or "
                               "--overwrite to replace it")
-        else:
-            _check_same_model(out, previous.get("model", {}), config.get("model", {}))
-            _check_same_tokenizer(out, previous.get(TOKENIZER_SHA256), tokenizer_json)
+        _check_same_model(out, previous.model.to_dict(), config.model.to_dict())
+        _check_same_tokenizer(out, previous.tokenizer_sha256, tokenizer_json)
     make_directory(out)
     if tokenizer_json:
-        config = {**config, TOKENIZER_SHA256: write_tokenizer(out, tokenizer_json)}
-    write_text_atomic(saved, json.dumps(config, indent=2, sort_keys=True))
+        config = replace(config, tokenizer_sha256=write_tokenizer(out, tokenizer_json))
+    write_run_config(saved, config)
     remove_unfinished(out / CHECKPOINTS)  # a killed or failed save's, before a full disk refills
     checkpoints = list_checkpoints(out / CHECKPOINTS)
     return checkpoints[-1] if checkpoints else None
+
+
+def _saved_config(path: Path) -> RunConfig:
+    try:
+        return read_run_config(path)
+    except RunConfigError as error:
+        raise RunDirError(f"{path}: {error}; pass --overwrite to replace the run, or choose "
+                          "another --out") from None
 
 
 def write_tokenizer(run: Path, tokenizer_json: str) -> str:
@@ -103,8 +109,8 @@ def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:
                       "resume it with its own settings and dataset, or use another --out")
 
 
-def _comparable(config: dict) -> dict:
+def _comparable(config: RunConfig) -> RunConfig:
     """The configuration without the flags that only say how to treat the directory and the
     record of what was written there."""
-    train = {k: v for k, v in config.get("train", {}).items() if k not in ("resume", "overwrite")}
-    return {**{k: v for k, v in config.items() if k != TOKENIZER_SHA256}, "train": train}
+    train = {k: v for k, v in config.train.items() if k not in ("resume", "overwrite")}
+    return replace(config, train=train, tokenizer_sha256=None)

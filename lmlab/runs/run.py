@@ -5,26 +5,18 @@ what sits on top of them) reads runs through here."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-from lmlab.config import ModelConfig
 from lmlab.data.errors import DataError
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.data.tokenizer import (
-    LMLAB_SPECIAL_NAMES,
-    load_tokenizer,
-    special_tokens_of,
-    word_start_table,
-)
+from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, word_start_table
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head, make_head
 from lmlab.objectives.base import Objective
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import (
     BEST,
@@ -37,7 +29,8 @@ from lmlab.runs.checkpoints import (
     sha256_of,
     verify_checkpoint,
 )
-from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER, TOKENIZER_SHA256
+from lmlab.runs.layout import CHECKPOINTS, CONFIG, TOKENIZER
+from lmlab.runs.schema import RunConfig, RunConfigError, RunTask, read_run_config
 
 
 class RunLoadError(ValueError):
@@ -61,7 +54,16 @@ class Run:
     spec: str  # the objective as the user wrote it, e.g. "mix:clm=1,mlm=15"
     path: Path | None = None
     checkpoint: Path | None = None
-    config: dict = field(default_factory=dict)  # the run's saved config.json
+    config: RunConfig | None = None  # the run's config.json; None: the model's, untrained
+
+    def __post_init__(self) -> None:
+        if self.config is None:
+            self.config = RunConfig(self.model.cfg, {"objective": self.spec})
+
+    @property
+    def task(self) -> RunTask | None:
+        """What the run was fine-tuned for; None for a pre-trained (or imported) run."""
+        return self.config.task
 
     @property
     def device(self) -> torch.device:
@@ -134,7 +136,7 @@ def usable_device(device: str | torch.device) -> torch.device:
     return device
 
 
-def read_config(run: Path) -> dict:
+def read_config(run: Path) -> RunConfig:
     """A run's config.json, after checking that `run` is a run."""
     if not run.is_dir():
         raise RunLoadError(f"{run}: no such run directory")
@@ -142,18 +144,15 @@ def read_config(run: Path) -> dict:
     if not path.is_file():
         raise RunLoadError(f"{run}: not an lmlab run (no {CONFIG})")
     try:
-        config = json.loads(path.read_text())
-        ModelConfig(**config["model"])
-        pretraining_config(config)["objective"]
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise RunLoadError(f"{path}: unreadable run configuration ({error})") from None
-    return config
+        return read_run_config(path)
+    except RunConfigError as error:
+        raise RunLoadError(f"{path}: {error}") from None
 
 
-def check_tokenizer(run: Path, config: dict) -> None:
+def check_tokenizer(run: Path, config: RunConfig) -> None:
     """`run`'s tokenizer.json must be the one it was trained with, as config.json's SHA-256
     records it; runs saved before it was recorded are taken as they are."""
-    recorded = config.get(TOKENIZER_SHA256)
+    recorded = config.tokenizer_sha256
     path = run / TOKENIZER
     if recorded is None:
         return
@@ -166,31 +165,13 @@ def check_tokenizer(run: Path, config: dict) -> None:
                            f"{TOKENIZER} back")
 
 
-def pretraining_config(config: dict) -> dict:
-    """The pre-training fields of a run's config: its own, or for a fine-tuned run those of
-    the run it was fine-tuned from (the objective says how the backbone learnt to read)."""
-    return config.get("pretraining", config["train"])
-
-
-def build_heads(config: dict, model_cfg: ModelConfig, objective: Objective) -> dict[str, Head]:
+def build_heads(config: RunConfig, objective: Objective) -> dict[str, Head]:
     """The heads a run was trained with: those its config names with their settings (a
     fine-tuned run's task head; none for an imported bare encoder), else the objective's."""
-    named = config["heads"] if "heads" in config else dict.fromkeys(objective.heads, {})
-    return {name: make_head(name, model_cfg, **options) for name, options in named.items()}
-
-
-def special_token_names(config: dict) -> dict[str, str | None]:
-    """Each special-token role → its token in the run's tokenizer (None: it has none). Runs
-    of lmlab's own tokenizers use lmlab's names; imported runs save their tokenizer's."""
-    return config.get("special_tokens", LMLAB_SPECIAL_NAMES)
-
-
-def objective_options(train: dict) -> ObjectiveOptions:
-    if "objective_options" in train:
-        return ObjectiveOptions(**train["objective_options"])
-    # Runs saved before the options were grouped hold them among the training fields.
-    names = {spec.name for spec in fields(ObjectiveOptions)}
-    return ObjectiveOptions(**{k: v for k, v in train.items() if k in names})
+    named = config.named_heads
+    if named is None:
+        named = dict.fromkeys(objective.heads, {})
+    return {name: make_head(name, config.model, **options) for name, options in named.items()}
 
 
 def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu",
@@ -203,27 +184,26 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     """
     run = Path(run)
     config = read_config(run)
-    model_cfg = ModelConfig(**config["model"])
+    model_cfg = config.model
     device = usable_device(device)
     chosen = pick_checkpoint(run, checkpoint)
     check_tokenizer(run, config)
     tokenizer = None
     if (run / TOKENIZER).is_file():
         try:
-            tokenizer = load_tokenizer(run / TOKENIZER, names=special_token_names(config))
+            tokenizer = load_tokenizer(run / TOKENIZER, names=config.special_token_names)
         except DataError as error:
             raise RunLoadError(str(error)) from None
         special = special_tokens_of(tokenizer, str(run / TOKENIZER),
-                                    special_token_names(config))
+                                    config.special_token_names)
     elif special is None:
         special = SpecialTokens.layout(model_cfg.vocab_size, 0)
-    pretraining = pretraining_config(config)
-    spec = pretraining["objective"]
+    spec = config.objective
     try:
-        options = objective_options(pretraining)
+        options = config.objective_options()
         word_starts = word_start_table(tokenizer) if tokenizer and options.whole_word else None
         objective = build_objective(spec, special, options, word_starts)
-        heads = build_heads(config, model_cfg, objective)
+        heads = build_heads(config, objective)
     except (ValueError, TypeError) as error:
         raise RunLoadError(f"{run / CONFIG}: {error}") from None
     model = LanguageModel(model_cfg, heads=heads)  # as training built it

@@ -23,7 +23,7 @@ class ServedRun:
     @property
     def task(self) -> str | None:
         """The fine-tuned task's kind (classify, qa, ner, …), None for a pre-trained run."""
-        return self.run.config.get("train", {}).get("task") if "task" in self.run.config else None
+        return None if self.run.task is None else self.run.task.name
 
     @property
     def main_metric(self) -> str | None:

@@ -20,6 +20,7 @@ from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import auto_family, preset
 from lmlab.runs.layout import seen_from_run
+from lmlab.runs.schema import RunConfig
 from lmlab.train import distributed
 from lmlab.train.budget import (
     DEADLINE_VALIDATIONS,
@@ -96,8 +97,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                                 dataset.word_starts)
     model_cfg = model_config(cfg, objective, special)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    config = {"train": cfg.to_dict(), "model": model_cfg.to_dict(),
-              "dataset": seen_from_run(out, dataset.path) if dataset.path else None}
+    config = RunConfig(model_cfg, cfg.to_dict(),
+                       dataset=seen_from_run(out, dataset.path) if dataset.path else None)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = (
@@ -142,10 +143,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     return out
 
 
-def _with_budgets(cfg: TrainConfig, config: dict) -> TrainConfig:
+def _with_budgets(cfg: TrainConfig, config: RunConfig) -> TrainConfig:
     """`cfg` with the budgets of the run's config (a resume left without one keeps the
     saved run's)."""
-    return replace(cfg, **{name: config["train"][name] for name in BUDGETS})
+    return replace(cfg, **{name: config.train[name] for name in BUDGETS})
 
 
 def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int) -> int:

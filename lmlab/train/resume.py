@@ -4,11 +4,12 @@ config.json then records each change with the checkpoint it took effect at."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from pathlib import Path
 
 from lmlab.runs.checkpoints import list_checkpoints, read_manifest
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
+from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
 
 # Fields that say how a run is watched or stored, not what it learns: free on resume.
 WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
@@ -16,24 +17,19 @@ WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", 
                       "activation_checkpointing", "max_nonfinite_steps", "report_to"})
 # A budget left out on resume is the saved one; a step or token budget may grow.
 BUDGETS = ("steps", "tokens", "minutes")
-RESUMES = "resumes"  # config.json's record of the changes each resume made
 
 
-def resumed_config(out: Path, config: dict,
-                   budgets: tuple[str, ...] = BUDGETS) -> dict:
+def resumed_config(out: Path, config: RunConfig,
+                   budgets: tuple[str, ...] = BUDGETS) -> RunConfig:
     """The configuration a `--resume` of the run in `out` continues with: the saved run's,
     with `config`'s changes to watching fields and `budgets` applied, each change recorded.
     Any other change, or no run in `out`, is refused in one line naming the fields."""
-    saved_path = out / CONFIG
-    if not saved_path.is_file():
-        raise RunDirError(f"--resume: {out} holds no run to continue; leave out --resume to "
-                          "start one there")
-    saved = json.loads(saved_path.read_text())
-    asked = dict(config["train"])
+    saved = _saved(out)
+    asked = dict(config.train)
     if not any(asked.get(name) is not None for name in budgets):
-        asked.update({name: saved["train"].get(name) for name in budgets})
-    changed = {name: (saved["train"].get(name), value) for name, value in asked.items()
-               if saved["train"].get(name) != value and name not in WATCHING}
+        asked.update({name: saved.train.get(name) for name in budgets})
+    changed = {name: (saved.train.get(name), value) for name, value in asked.items()
+               if saved.train.get(name) != value and name not in WATCHING}
     refused = {name: pair for name, pair in changed.items() if name not in budgets}
     if asked.get("minutes") is not None and "minutes" in changed:
         refused["minutes"] = changed["minutes"]  # a time budget's plan was made at its start
@@ -43,13 +39,21 @@ def resumed_config(out: Path, config: dict,
                           f"this command changes {details}; only a longer --steps or --tokens "
                           "and how the run is logged, validated and saved may change (or "
                           "use --overwrite, or another --out)")
-    history = saved.get(RESUMES, [])
+    history = saved.resumes
     if changed:
         checkpoints = list_checkpoints(out / CHECKPOINTS)
-        history = [*history, {"from_checkpoint": checkpoints[-1].name if checkpoints else None,
-                              "changed": {name: {"from": old, "to": new}
-                                          for name, (old, new) in changed.items()}}]
-    return {**config, "train": asked, **({RESUMES: history} if history else {})}
+        history = (*history, Resume(checkpoints[-1].name if checkpoints else None, changed))
+    return replace(config, train=asked, resumes=history)
+
+
+def _saved(out: Path) -> RunConfig:
+    if not (out / CONFIG).is_file():
+        raise RunDirError(f"--resume: {out} holds no run to continue; leave out --resume to "
+                          "start one there")
+    try:
+        return read_run_config(out / CONFIG)
+    except RunConfigError as error:
+        raise RunDirError(f"{out / CONFIG}: {error}") from None
 
 
 def trained_steps(out: Path) -> int:

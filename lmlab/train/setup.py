@@ -14,6 +14,7 @@ import torch
 
 from lmlab.model import LanguageModel
 from lmlab.runs.layout import prepare_run_dir
+from lmlab.runs.schema import RunConfig
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.config import LoopConfig
@@ -46,17 +47,17 @@ class Started:
     recorded changes), the model wrapped for its ranks, the optimizer and the loop state
     (restored when resuming; `resumed` says so)."""
 
-    config: dict
+    config: RunConfig
     train_model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     state: LoopState
     resumed: bool
 
 
-def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: dict,
+def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
           model: LanguageModel, tokenizer_json: str | None,
           budgets: tuple[str, ...] = BUDGETS,
-          before_writing: Callable[[dict], None] | None = None) -> Started:
+          before_writing: Callable[[RunConfig], None] | None = None) -> Started:
     """Open the run directory `out` for `config` and make `model` (on its device, unwrapped)
     ready to train. `budgets` are the config fields a resume may lengthen; `before_writing`
     sees the config the run will have and may refuse it before anything is written."""
