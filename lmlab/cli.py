@@ -7,9 +7,9 @@ import signal
 import sys
 
 from lmlab.command_line import HelpFormatter, unknown_option_message
+from lmlab.commands.prepare import add_prepare_command
 from lmlab.commands.pretrain import add_pretrain_command
 from lmlab.compare.commands import add_compare_commands
-from lmlab.data.commands import add_prepare_command
 from lmlab.eval.commands import add_eval_command
 from lmlab.export.commands import add_export_commands
 from lmlab.finetune.commands import add_finetune_commands

@@ -18,6 +18,7 @@ from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
+from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
 from lmlab.runs.reading import reading_document
@@ -149,14 +150,24 @@ def test_roles_that_exist_suffice():
     assert build_objective("mlm+nsp", BERT).framing == "pair"
 
 
-def test_training_blocks_need_a_pad_token_of_their_own():
-    tokens = torch.tensor([[5, 6, GPT2_END, 7]])
-    generator = torch.Generator().manual_seed(0)
+def test_padded_blocks_need_a_pad_token_of_their_own():
     with pytest.raises(ValueError, match="no pad token, which reading training blocks needs"):
-        build_objective("clm", GPT2).make_batch(tokens, generator)
+        block_pad_id(GPT2)
     shared = SpecialTokens(VOCAB, pad=3, eos=3)
     with pytest.raises(ValueError, match="pad token is also its eos token"):
-        build_objective("clm", shared).make_batch(tokens, generator)
+        block_pad_id(shared)
+    assert blocks_pad_with(GPT2) is None and blocks_pad_with(shared) is None
+    assert blocks_pad_with(BERT) == BERT.pad
+
+
+def test_without_a_pad_of_its_own_every_token_of_a_concatenated_block_is_text():
+    # GPT-2 continued on its own text: blocks are concatenated documents, never padded
+    tokens = torch.tensor([[5, 6, GPT2_END, 7]])
+    batch = build_objective("clm", GPT2).make_batch(tokens, torch.Generator().manual_seed(0))
+    assert batch.mask.segment_ids.tolist() == [[1, 1, 1, 2]]
+    assert batch.targets.tolist() == [[6, GPT2_END, -100, -100]]
+    with pytest.raises(ValueError, match="no pad token, which prefix LM"):
+        build_objective("prefix", GPT2)  # its rows are padded
 
 
 def test_without_eos_a_block_is_one_document_and_datasets_append_nothing():

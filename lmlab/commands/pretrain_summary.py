@@ -19,7 +19,9 @@ from lmlab.infer.generate import generate
 from lmlab.kernels.machine import threads_for
 from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
+from lmlab.runs.layout import CONFIG
 from lmlab.runs.reading import MASK_TEXT
+from lmlab.runs.schema import read_run_config
 from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 
@@ -149,6 +151,20 @@ def _example_or_why_not(out: Path, dataset: Dataset) -> tuple[list[str], str]:
                 f"lmlab eval {shlex.quote(str(out))} --data DATASET_OR_TEXT_FILES")
 
 
+def _lineage_lines(out: Path) -> list[str]:
+    """Where a continued pre-training started: the source as a path from here, its checkpoint
+    and the start of its weights' SHA-256."""
+    try:
+        init = read_run_config(out / CONFIG).init
+    except Exception as error:  # a report never fails the run
+        return [f"(the run's source could not be read: {error})"]
+    if init is None:
+        return []
+    source = os.path.relpath(os.path.normpath(out / init.run))
+    return [f"continued from {source} ({init.checkpoint}, weights SHA-256 "
+            f"{init.weights_sha256[:12]}…)"]
+
+
 def print_summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> None:
     """What `lmlab pretrain` prints last: once, by rank 0 under torchrun."""
     if os.environ.get("RANK", "0") == "0":
@@ -164,8 +180,9 @@ def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
         losses = [f"  (the held-out losses could not be read: {error})"]
     run_arg = shlex.quote(str(out))
     data = f" --data {shlex.quote(cfg.data)}" if cfg.data else ""
+    data += f" --init {shlex.quote(cfg.init)}" if cfg.init else ""
     return "\n".join([
-        f"run saved in {out}; at its end, on held-out text:", *losses,
+        *_lineage_lines(out), f"run saved in {out}; at its end, on held-out text:", *losses,
         *example, f"curves: {out / 'curves.png'}",
         "next:", f"  {try_it}", f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
         f"  lmlab pretrain --objective {shlex.quote(cfg.objective)}{data} --out {run_arg} "

@@ -61,7 +61,9 @@ def open_dataset(path: Path) -> Dataset:
     meta = json.loads(meta_path.read_text())
     tokenizer_path = path / "tokenizer.json"
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    special = special_tokens_of(tokenizer, str(tokenizer_path))
+    # a reused tokenizer's roles, as prepare recorded them (None: lmlab's names)
+    names = meta.get("tokenizer", {}).get("special_tokens")
+    special = special_tokens_of(tokenizer, str(tokenizer_path), names)
     splits = meta["splits"]
     validation = splits["validation"]
     return Dataset(

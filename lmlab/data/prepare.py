@@ -55,6 +55,7 @@ from lmlab.data.readers import ReadStats, read_sources, source_files
 from lmlab.data.recipe import Recipe, make_recipe
 from lmlab.data.sentences import sentence_starts, token_starts
 from lmlab.data.shards import TokenWriter, pack_documents
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.stats import TokenStats, format_report, token_summary
 from lmlab.data.streaming import Progress, chunked, in_background
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
@@ -233,7 +234,7 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
         tokenizer, chunks, plan, encode_bytes = _through_spills(groups, cleaned, recipe, work,
                                                                 input_bytes)
     else:
-        tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
+        tokenizer = _given_tokenizer(recipe)
         chunks = in_background(chunked(chain.from_iterable(cleaned)))
         encode_bytes = input_bytes
     splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes)
@@ -246,7 +247,7 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
             raise DataError(f"no document fell in the {split} split ({total:,} documents in "
                             f"all, validation fraction {recipe.validation_fraction}); add "
                             "documents or change --validation-fraction")
-    special = special_tokens_of(tokenizer)
+    special = special_tokens_of(tokenizer, names=recipe.special_tokens)
     return {
         "reading": {"files": reading.files, "documents": reading.documents,
                     "invalid_utf8_documents": reading.invalid_utf8_documents,
@@ -260,8 +261,9 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
         "splits": splits,
         "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
         "tokenizer": {"kind": recipe.tokenizer if recipe.trains_tokenizer else "given",
-                      "sentinels": len(special.sentinels)},
-        "stats": token_summary(token_stats, tokenizer, {special.eos}),
+                      "sentinels": len(special.sentinels),
+                      "special_tokens": recipe.special_tokens},
+        "stats": token_summary(token_stats, tokenizer, {document_end(special)}),
     }
 
 
@@ -285,7 +287,7 @@ def _through_spills(groups: list[_Group], cleaned: list[Iterator[str]], recipe: 
     if recipe.trains_tokenizer:
         tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
     else:
-        tokenizer = load_tokenizer(Path(recipe.tokenizer), recipe.sentinels)
+        tokenizer = _given_tokenizer(recipe)
     mixed_bytes = spilled_bytes * sum(s.multiplier * s.documents for s in plan) / \
         sum(counts.values())
     return tokenizer, chunked(mixed(plan)), plan, mixed_bytes
@@ -335,10 +337,23 @@ def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokeni
                                recipe.tokenizer)
 
 
+def _given_tokenizer(recipe: Recipe) -> Tokenizer:
+    return load_tokenizer(Path(recipe.tokenizer), recipe.sentinels, recipe.special_tokens)
+
+
+def document_end(special: SpecialTokens) -> int:
+    """The token each document ends with: [EOS], else (BERT's tokenizers have none) [SEP]."""
+    ends = special.present("eos", "sep")
+    if not ends:
+        raise DataError("the tokenizer has neither an end-of-text nor a separator token to end "
+                        "each document with")
+    return ends[0]
+
+
 def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
             total_bytes: float | None) -> tuple[dict, list[TokenStats]]:
     """Encode chunk by chunk into both splits; each document's split from its hash."""
-    eos = special_tokens_of(tokenizer).eos
+    end = document_end(special_tokens_of(tokenizer, names=recipe.special_tokens))
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     writers = {split: TokenWriter(work, split, vocab_size) for split in SPLITS}
     stats = {split: TokenStats(vocab_size) for split in SPLITS}
@@ -357,7 +372,7 @@ def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, w
             for split, documents in routed.items():
                 if documents:
                     ids, starts = zip(*documents, strict=True)
-                    flat = pack_documents(ids, eos, writers[split].dtype)
+                    flat = pack_documents(ids, end, writers[split].dtype)
                     lengths = np.fromiter((len(i) + 1 for i in ids), np.int64, len(ids))
                     writers[split].add(flat, lengths, starts)
                     stats[split].add(flat, lengths)

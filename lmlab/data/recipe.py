@@ -21,7 +21,8 @@ from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
 
 # The annotation of each kind of field → the Python types a value may have.
 FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int": (int,),
-               "float": (float, int), "float | None": (float, int, type(None))}
+               "float": (float, int), "float | None": (float, int, type(None)),
+               "dict | None": (dict, type(None))}
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Recipe:
     # splitting and tokenizing
     validation_fraction: float = 0.05
     tokenizer: str = "bpe"  # bpe | wordpiece | unigram, or a tokenizer.json to reuse
+    # A reused tokenizer's special tokens by role (pad, unk, cls, sep, mask, bos, eos → token
+    # or None), as an imported run records them; None = lmlab's names
+    special_tokens: dict | None = None
     vocab_size: int = 8192  # for a trained tokenizer
     sentinels: int = 100  # <extra_id_N> tokens for span corruption
     sentence_split: str = "punctuation"  # or "lines": one sentence per line
@@ -68,6 +72,9 @@ class Recipe:
         if not self.trains_tokenizer and not Path(self.tokenizer).is_file():
             raise DataError(f"tokenizer {self.tokenizer!r} is neither a kind "
                             f"({', '.join(TOKENIZER_KINDS)}) nor a tokenizer.json file")
+        if self.special_tokens is not None and self.trains_tokenizer:
+            raise DataError("special_tokens name the roles of a reused tokenizer.json; a "
+                            "trained tokenizer has lmlab's")
         if self.trains_tokenizer:
             reserved = len(SPECIAL_TOKENS) + self.sentinels
             if self.vocab_size <= reserved:

@@ -117,15 +117,16 @@ class MaskSpec:
         return None, 1
 
 
-def segments_from_document_ends(tokens: Tensor, end_id: int, pad_id: int) -> Tensor:
-    """Segment ids for a packed block whose documents each end with `end_id`.
+def segments_from_document_ends(tokens: Tensor, end_id: int, pad_id: int | None) -> Tensor:
+    """Segment ids for a packed block whose documents each end with `end_id` (padded with
+    `pad_id`, or, when None, never padded).
 
     >>> segments_from_document_ends(torch.tensor([[5, 6, 2, 7, 2, 0]]), end_id=2, pad_id=0)
     tensor([[1, 1, 1, 2, 2, 0]])
     """
     is_end = (tokens == end_id).long()
     segments = 1 + torch.cumsum(is_end, dim=1) - is_end  # an end token closes its own document
-    return segments.masked_fill(tokens == pad_id, 0)
+    return segments if pad_id is None else segments.masked_fill(tokens == pad_id, 0)
 
 
 def positions_within_segments(segment_ids: Tensor) -> Tensor:

@@ -10,6 +10,8 @@ first runs are optional: run directories written before them still load.
                       objective says how the backbone learnt to read)
     dataset           a pre-trained run's dataset, relative to the run (absent: in memory)
     source            a fine-tuned run's: {run, checkpoint} it was fine-tuned from
+    init              a continued pre-training's (--init): {run, checkpoint, weights_sha256}
+                      of the run whose weights it started from, its path relative to the run
     task              a fine-tuned run's: {name, labels}; its reading is kept among the
                       training settings (attention, pooling), its head among the heads
     heads             head name → its options (absent: the objective's heads, no options)
@@ -80,6 +82,20 @@ class Source:
 
 
 @dataclass(frozen=True)
+class InitRecord:
+    """The run a continued pre-training started from (`lmlab pretrain --init`): its path
+    relative to this run, the checkpoint, and the SHA-256 of that checkpoint's weights file."""
+
+    run: str
+    checkpoint: str
+    weights_sha256: str
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "checkpoint": self.checkpoint,
+                "weights_sha256": self.weights_sha256}
+
+
+@dataclass(frozen=True)
 class ImportRecord:
     """Where an imported run came from: its path relative to the run, the Hugging Face
     architectures its config.json named, and the lmlab family it was read as."""
@@ -143,6 +159,7 @@ class RunConfig:
     pretraining: Mapping[str, Any] | None = None
     dataset: str | None = None
     source: Source | None = None
+    init: InitRecord | None = None
     task: RunTask | None = None
     heads: Mapping[str, Mapping[str, Any]] | None = None  # of a run with no task
     special_tokens: Mapping[str, str | None] | None = None
@@ -205,6 +222,7 @@ class RunConfig:
             model=ModelConfig(**data["model"]), train=train,
             pretraining=data.get("pretraining"), dataset=data.get("dataset"),
             source=None if source is None else Source(source["run"], source["checkpoint"]),
+            init=None if "init" not in data else InitRecord(**data["init"]),
             task=None if task is None else RunTask.from_json(task, train, heads),
             heads=heads if task is None else None,
             special_tokens=data.get("special_tokens"),
@@ -225,6 +243,7 @@ class RunConfig:
             "pretraining": self.pretraining, "dataset": self.dataset,
             "source": None if self.source is None else {"run": self.source.run,
                                                          "checkpoint": self.source.checkpoint},
+            "init": None if self.init is None else self.init.to_json(),
             "task": None if task is None else {
                 "name": task.name, "labels": None if task.labels is None else list(task.labels)},
             "heads": self.named_heads, "special_tokens": self.special_tokens,

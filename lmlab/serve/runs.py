@@ -42,6 +42,9 @@ class ServedRun:
         return {
             "index": index, "name": self.name, "objective": self.run.spec,
             "task": self.task, "context": self.run.max_seq_len,
+            # a continued pre-training's source: {run (relative to this run), checkpoint,
+            # weights_sha256}
+            "init": None if self.run.config.init is None else self.run.config.init.to_json(),
             # how a QA run's question and context (or a pair's two texts) join into one text
             "separator": CONTEXT_SEPARATOR if self.task in ("qa", "pairs") else None,
             "attention": attention_policies(self.run),

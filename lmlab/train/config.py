@@ -111,6 +111,9 @@ class TrainConfig(LoopConfig):
     model_overrides: dict = documented(default_factory=dict,
                                        help='model config fields as JSON, e.g. '
                                             '\'{"dropout": 0.1}\'')
+    init: str | None = documented(
+        None, "continue pre-training from the weights of this run (RUN or RUN:CHECKPOINT; "
+              "pre-trained, imported or fine-tuned), with its model and tokenizer")
     seq_len: int = documented(128, "tokens per training row")
     num_workers: int = documented(0, "data-loading worker processes")
     steps: int | None = documented(None, "a step budget")
@@ -128,6 +131,13 @@ class TrainConfig(LoopConfig):
         super().__post_init__()
         # every budget is checked here, before a run directory is written, so that a corrected
         # command does not find a half-made run in its way
+        if self.init is not None:
+            given = [name for name, set_ in (("--model", self.model != "auto"),
+                                             ("--model-overrides", bool(self.model_overrides)))
+                     if set_]
+            if given:
+                raise ValueError(f"--init takes the model from {self.init}; leave out "
+                                 f"{' and '.join(given)}, which would change it")
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")

@@ -16,11 +16,11 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
-from lmlab.objectives.documents import block_pad_id
+from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import auto_family, preset
 from lmlab.runs.layout import seen_from_run
-from lmlab.runs.schema import RunConfig
+from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.budget import (
     DEADLINE_VALIDATIONS,
@@ -43,6 +43,14 @@ from lmlab.train.resume import BUDGETS, trained_steps
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
+from lmlab.train.warm_start import (
+    InitSource,
+    check_context,
+    check_dataset_tokenizer,
+    how_heads_start,
+    load_source,
+    warm_started_model,
+)
 
 
 def preset_name(cfg: TrainConfig, objective: Objective) -> str:
@@ -82,6 +90,14 @@ def packing(cfg: TrainConfig, objective: Objective) -> str:
     return "concatenate" if cfg.packing == "auto" else cfg.packing
 
 
+def _block_pad(special: SpecialTokens, layout: str) -> int:
+    """The id blocks are padded with: [PAD]. A tokenizer without one of its own (GPT-2's)
+    reads concatenated blocks only, which are never padded."""
+    if layout == "concatenate" and blocks_pad_with(special) is None:
+        return special.padding_id  # never written
+    return block_pad_id(special)
+
+
 def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
     """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
     corpus. Returns the run directory."""
@@ -92,23 +108,27 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
     env = begin(cfg.seed)
-    special = dataset.special
+    source = _init_source(cfg, dataset)
+    special = dataset.special if source is None else source.run.special
     objective = build_objective(cfg.objective, special, cfg.objective_options,
                                 dataset.word_starts)
-    model_cfg = model_config(cfg, objective, special)
+    model = _starting_model(cfg, objective, special, source).to(env.device)
+    model_cfg = model.cfg
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    config = RunConfig(model_cfg, cfg.to_dict(),
-                       dataset=seen_from_run(out, dataset.path) if dataset.path else None)
+    config = _run_config(cfg, out, dataset, model_cfg, source)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = (
         BlockBatches(split, cfg.seq_len, micro_size, packing(cfg, objective),
-                     block_pad_id(special), special.sep, seed, env.rank, env.world_size)
+                     _block_pad(special, packing(cfg, objective)), special.sep, seed, env.rank,
+                     env.world_size)
         for split, seed in ((dataset.train, cfg.seed), (dataset.validation, 0)))
-    model = LanguageModel(model_cfg, heads=objective.heads).to(env.device)
-    started = start(cfg, env, out, config, model, dataset.tokenizer_json,
+    started = start(cfg, env, out, config, model,
+                    dataset.tokenizer_json if source is None else source.tokenizer_json,
                     before_writing=lambda config: _refuse_a_passed_budget(
                         _with_budgets(cfg, config), model, trained_steps(out)))
+    if source is not None and env.is_main:
+        print(how_heads_start(source, objective.heads))
     cfg, state = _with_budgets(cfg, started.config), started.state
     if state.data:
         blocks.load_state_dict(state.data)
@@ -138,9 +158,44 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         flops_per_token=objective_flops_per_token(model_cfg, cfg.seq_len, objective,
                                                   micro_size),
         peak_flops=all_ranks_peak_flops(cfg.precision, env), deadline=deadline,
-        title=f"{preset_name(cfg, objective)} pre-trained with {cfg.objective}"))
+        title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with "
+              f"{cfg.objective}"))
     distributed.teardown()
     return out
+
+
+def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:
+    """The run --init starts from (none without it), checked against the context asked for
+    and the dataset's tokenizer."""
+    if cfg.init is None:
+        return None
+    source = load_source(cfg.init)
+    check_context(cfg.seq_len, source)
+    check_dataset_tokenizer(dataset.tokenizer_json, dataset.special.vocab_size, cfg.data,
+                            source)
+    return source
+
+
+def _starting_model(cfg: TrainConfig, objective: Objective, special: SpecialTokens,
+                    source: InitSource | None) -> LanguageModel:
+    """A new model of the preset asked for, or the --init source's, with the objective's
+    heads."""
+    if source is None:
+        return LanguageModel(model_config(cfg, objective, special), heads=objective.heads)
+    return warm_started_model(source, objective.heads)
+
+
+def _run_config(cfg: TrainConfig, out: Path, dataset: Dataset, model_cfg: ModelConfig,
+                source: InitSource | None) -> RunConfig:
+    """config.json: the settings, the model, the dataset and, with --init, the source (and
+    its tokenizer's special-token names)."""
+    data = seen_from_run(out, dataset.path) if dataset.path else None
+    if source is None:
+        return RunConfig(model_cfg, cfg.to_dict(), dataset=data)
+    init = InitRecord(seen_from_run(out, source.run.path), source.checkpoint,
+                      source.weights_sha256)
+    return RunConfig(model_cfg, cfg.to_dict(), dataset=data, init=init,
+                     special_tokens=source.run.config.special_tokens)
 
 
 def _with_budgets(cfg: TrainConfig, config: RunConfig) -> TrainConfig:

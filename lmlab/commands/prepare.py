@@ -1,7 +1,9 @@
 """`lmlab prepare SOURCE[:WEIGHT]... --out DIR`: the command line over lmlab.data.prepare.
 
 Options map one to one onto Recipe fields; a recipe file (YAML or TOML) gives defaults that
-options override.
+options override. `--tokenizer RUN` takes a run directory's tokenizer and the roles of its
+special tokens (an imported run's are its own), so that the dataset suits `lmlab pretrain
+--init RUN`.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def add_prepare_command(commands) -> None:
                       const="off", help="keep near-duplicate documents")
     output = parser.add_argument_group("split and tokenizer")
     output.add_argument("--validation-fraction", type=float, help="default: 0.05")
-    output.add_argument("--tokenizer", metavar="KIND|PATH", help="bpe (default), wordpiece, "
-                        "unigram, or a tokenizer.json to reuse")
+    output.add_argument("--tokenizer", metavar="KIND|PATH|RUN", help="bpe (default), "
+                        "wordpiece, unigram, a tokenizer.json to reuse, or a run directory "
+                        "whose tokenizer to reuse (as lmlab pretrain --init RUN needs)")
     output.add_argument("--vocab-size", type=int, help="of a trained tokenizer (default 8192)")
     output.add_argument("--sentinels", type=int, help="<extra_id_N> tokens (default 100)")
     output.add_argument("--sentence-split", choices=SENTENCE_RULES,
@@ -71,12 +74,33 @@ def prepare_command(args: argparse.Namespace) -> int:
               if getattr(args, name) is not None}
     if fields.get("near_dedup_threshold") == "off":
         fields["near_dedup_threshold"] = None
+    if "tokenizer" in fields and Path(fields["tokenizer"]).is_dir():
+        fields = {"sentinels": 0, **fields, **run_tokenizer(Path(fields["tokenizer"]))}
     out = prepare(args.sources or None, args.out, recipe_file=args.recipe, **fields)
     print(f"dataset ready in {out} (statistics in {out / 'stats.txt'})")
     note = invalid_utf8_note(json.loads((out / "meta.json").read_text())["reading"])
     if note:
         print(note, file=sys.stderr)
     return 0
+
+
+def run_tokenizer(run: Path) -> dict:
+    """Recipe fields that reuse run `run`'s tokenizer: its tokenizer.json (checked against the
+    SHA-256 config.json records) and the roles of its special tokens."""
+    from lmlab.runs.layout import TOKENIZER
+    from lmlab.runs.run import RunLoadError, check_tokenizer, read_config
+
+    try:
+        config = read_config(run)
+        check_tokenizer(run, config)
+    except RunLoadError as error:
+        raise ValueError(f"--tokenizer {run}: a directory must be an lmlab run ({error}); "
+                         "import a Hugging Face model first with lmlab import") from None
+    if not (run / TOKENIZER).is_file():
+        raise ValueError(f"{run} has no {TOKENIZER} (it was trained on token ids); give a "
+                         "tokenizer.json or a tokenizer kind")
+    roles = None if config.special_tokens is None else dict(config.special_tokens)
+    return {"tokenizer": str(run / TOKENIZER), "special_tokens": roles}
 
 
 def invalid_utf8_note(reading: dict) -> str | None:

@@ -1,0 +1,153 @@
+"""`lmlab pretrain --init RUN[:CHECKPOINT]`: continued pre-training. The new run starts from the
+weights of any lmlab run (pre-trained, imported, or fine-tuned: its backbone), with its model
+shape and tokenizer, and a fresh optimizer, schedule and step counter.
+
+Heads the objective needs are kept when the source has them; the others are created as their
+family creates them in pre-training from scratch (LanguageModel's initialisation: weights
+N(0, init_std), biases zero, norms the identity), except that a new vocabulary head's decoder
+starts as the token embeddings: tied to them when the model ties its embeddings (BERT, GPT-2),
+a copy of them otherwise (Llama with untied embeddings), so that a new head starts from what the
+model already knows of each token rather than from noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from lmlab.config import ModelConfig
+from lmlab.model import LanguageModel
+from lmlab.model.heads import VocabularyHead
+from lmlab.runs import Run
+from lmlab.runs.checkpoints import previous_checkpoint, read_manifest
+from lmlab.runs.layout import TOKENIZER
+from lmlab.runs.run import RunLoadError, load_run
+
+WEIGHTS = "model.safetensors"
+
+
+class InitError(ValueError):
+    """An --init that cannot be done as asked, stated in one line."""
+
+
+@dataclass(frozen=True)
+class InitSource:
+    """The run a continued pre-training starts from: loaded (on the CPU), the checkpoint's
+    name and the SHA-256 of its weights file, and its tokenizer.json as written."""
+
+    run: Run
+    given: str  # as the user wrote it
+    weights_sha256: str
+    tokenizer_json: str | None
+
+    @property
+    def checkpoint(self) -> str:
+        return self.run.checkpoint.name
+
+    @property
+    def model_cfg(self) -> ModelConfig:
+        return self.run.model.cfg
+
+
+def split_init(text: str) -> tuple[Path, str]:
+    """`RUN` or `RUN:CHECKPOINT` (best, last or a checkpoint's name) → (run, checkpoint)."""
+    if ":" not in text or Path(text).is_dir():
+        return Path(text), "best"
+    run, _, checkpoint = text.rpartition(":")
+    return Path(run), checkpoint or "best"
+
+
+def load_source(text: str) -> InitSource:
+    """The run `text` names, loaded, with its weights verified against their checksums; a
+    damaged checkpoint names the one saved before it."""
+    run_dir, checkpoint = split_init(text)
+    try:
+        run = load_run(run_dir, checkpoint)
+    except RunLoadError as error:
+        damaged = error.damaged
+        if damaged is None:
+            raise InitError(f"--init {text}: {error}") from None
+        earlier = previous_checkpoint(damaged.checkpoint)
+        raise InitError(f"--init {text}: {damaged.problem}" + (
+            f"; start from the previous one with --init {run_dir}:{earlier.name}"
+            if earlier else "")) from None
+    tokenizer = run_dir / TOKENIZER
+    return InitSource(run, text, read_manifest(run.checkpoint)["files"][WEIGHTS],
+                      tokenizer.read_text() if tokenizer.is_file() else None)
+
+
+def check_context(seq_len: int, source: InitSource) -> None:
+    """A context longer than the source's is refused: learned positions have no row past it,
+    and rotary ones were never trained past it (lmlab does not rescale them)."""
+    context = source.model_cfg.max_seq_len
+    if seq_len > context:
+        kind = ("learned positions stop at" if source.model_cfg.positions == "learned"
+                else "rotary positions were trained up to")
+        raise InitError(f"--seq-len {seq_len} is longer than {source.given}'s context: its "
+                        f"{kind} {context} tokens; give --seq-len {context} or less")
+
+
+def canonical_tokenizer(tokenizer_json: str) -> str:
+    """A tokenizer.json as the tokenizers library writes it, without padding or truncation
+    (which say how to batch, not how to tokenise)."""
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer.to_str()
+
+
+def check_dataset_tokenizer(dataset_tokenizer: str | None, vocab_size: int, data: str | None,
+                            source: InitSource) -> None:
+    """The dataset must be tokenised as the source was: same tokenizer (a dataset in memory,
+    without one: the same vocabulary size)."""
+    model_vocab = source.model_cfg.vocab_size
+    if dataset_tokenizer is None or source.tokenizer_json is None:
+        same = vocab_size == model_vocab
+    else:
+        same = canonical_tokenizer(dataset_tokenizer) == canonical_tokenizer(
+            source.tokenizer_json)
+    if not same:
+        data_name = "the built-in corpus" if data is None else f"--data {data}"
+        raise InitError(f"{data_name} was tokenised with another tokenizer than "
+                        f"{source.given}'s; prepare the text with the source's: lmlab prepare "
+                        f"TEXT --tokenizer {split_init(source.given)[0]} --out DIR")
+
+
+def warm_started_model(source: InitSource, heads: tuple[str, ...]) -> LanguageModel:
+    """A model of the source's shape with `heads`: the backbone and the heads the source has
+    carry its weights; the others start as the module's docstring says."""
+    model = LanguageModel(source.model_cfg, heads=heads)  # every weight initialised
+    trained = source.run.model
+    model.backbone.load_state_dict(trained.backbone.state_dict())
+    for name, head in model.heads.items():
+        if name in trained.heads:
+            head.load_state_dict(trained.heads[name].state_dict())
+        elif isinstance(head, VocabularyHead) and not source.model_cfg.tie_embeddings:
+            with torch.no_grad():
+                head.decoder.weight.copy_(model.backbone.token_embedding.weight)
+    return model
+
+
+def how_heads_start(source: InitSource, heads: tuple[str, ...]) -> str:
+    """One line for the run's start: what comes from the source, what is new and how."""
+    kept = [name for name in heads if name in source.run.model.heads]
+    created = [f"{name} ({HEAD_STARTS[name](source.model_cfg)})" for name in heads
+               if name not in source.run.model.heads]
+    return (f"starting from {source.given} ({source.checkpoint}): its backbone"
+            + "".join(f", its {name} head" for name in kept)
+            + (f"; new: {', '.join(created)}" if created else ""))
+
+
+def _decoder(cfg: ModelConfig) -> str:
+    return ("decoder tied to the token embeddings" if cfg.tie_embeddings
+            else "decoder a copy of the token embeddings")
+
+
+HEAD_STARTS = {  # how a head the source lacks starts, as the run's first line says
+    "lm": _decoder,
+    "mlm": lambda cfg: f"transform and norm fresh, {_decoder(cfg)}, output bias zero",
+    "nsp": lambda cfg: "pooler and classifier fresh",
+}
