@@ -242,7 +242,8 @@ def test_a_shorter_context_is_allowed(source, toy, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_continuation_under_ddp_matches_one_process(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_continuation_under_torchrun_matches_one_process(tmp_path, strategy):
     """Two processes (gloo) continuing a run with `then:clm,mlm@0.5` train as one: equal
     losses on the causal steps (masks are drawn per rank after the switch), finite after."""
     run_script(tmp_path / "source", "--objective", "clm", "--steps", "2",
@@ -250,8 +251,10 @@ def test_a_continuation_under_ddp_matches_one_process(tmp_path):
     args = ["--init", str(tmp_path / "source"), "--seq-len", "32", "--lr", "3e-3",
             "--log-every", "1", "--objective", "then:clm,mlm@0.5", "--steps", "4",
             "--batch-size", "8", "--micro-batch-size", "4", "--checkpoint-every", "4"]
-    for name, launcher in (("one", (sys.executable,)), ("two", torchrun(2))):
-        done = subprocess.run([*launcher, str(SCRIPT), "--out", str(tmp_path / name), *args],
+    for name, launcher, extra in (("one", (sys.executable,), []),
+                                  ("two", torchrun(2), ["--distributed", strategy])):
+        done = subprocess.run([*launcher, str(SCRIPT), "--out", str(tmp_path / name), *args,
+                               *extra],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     one, two = train_losses(tmp_path / "one"), train_losses(tmp_path / "two")
