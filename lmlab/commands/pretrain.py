@@ -33,9 +33,11 @@ def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.data.dataset import open_or_prepare
     from lmlab.kernels.machine import keep_freed_memory
     from lmlab.train.pretrain import pretrain
+    from lmlab.train.trackers import require_trackers
 
     config = config_from_args(args, TrainConfig)
     check_before_data(config)
+    require_trackers(config.report_to)
     dataset = open_or_prepare(config.data)
     if not torch.cuda.is_available():
         keep_freed_memory()  # process-wide, so here, not in the library's pretrain()

@@ -151,14 +151,12 @@ class TrainConfig(LoopConfig):
 
 
 def check_before_data(config: TrainConfig) -> None:
-    """Catch a bad objective or preset, or a tracker not installed, before minutes are spent
-    preparing data (imported here: parsing a config loads no torch)."""
+    """Catch a bad objective or preset before minutes are spent preparing data (imported here:
+    parsing a config loads no torch)."""
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
-    from lmlab.train.trackers import require_trackers
 
-    require_trackers(config.report_to)
     build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
     if config.model != "auto":
         preset(config.model, vocab_size=1024)

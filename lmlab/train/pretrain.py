@@ -43,6 +43,7 @@ from lmlab.train.resume import BUDGETS, trained_steps
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
+from lmlab.train.trackers import require_trackers
 from lmlab.train.warm_start import (
     InitSource,
     check_context,
@@ -102,6 +103,7 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
     """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
     corpus. Returns the run directory."""
     cfg = resolve_config(config, fields, TrainConfig)
+    require_trackers(cfg.report_to)  # before the built-in corpus is prepared
     return pretrain(cfg, open_or_prepare(cfg.data))
 
 
