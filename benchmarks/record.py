@@ -41,6 +41,8 @@ def _places(work: Path | None) -> list[tuple[str, str]]:
         named.insert(0, (Path(work), "$WORK/"))
     places = []
     for path, written in named:
+        if path.resolve() == Path("/"):  # HOME=/: every path would match it
+            continue
         for form in {str(path), str(path.resolve())}:
             places.append((form.rstrip("/") + "/", written))
             places.append((form.rstrip("/"), written.rstrip("/") or "."))

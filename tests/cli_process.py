@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def serving(*runs, timeout: float = 120) -> Iterator[Served]:
                                "--port", str(port)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     try:
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        assert ready, f"lmlab serve said nothing in {timeout} s"
         line = server.stdout.readline()  # "serving … at http://…", once it listens
         assert line.startswith("serving"), f"lmlab serve: {line}{server.stderr.read()[-3000:]}"
         yield Served(port)

@@ -72,7 +72,7 @@ def pretrained(request, data, tmp_path_factory):
     return spec, out, result.stdout
 
 
-def test_pretrain_saves_the_run_and_ends_with_its_summary(pretrained):
+def test_pretrain_saves_the_run_and_ends_with_its_summary(pretrained, data):
     spec, run, printed = pretrained
     for name in RUN_FILES:
         assert (run / name).is_file(), name
@@ -200,7 +200,9 @@ def test_an_imported_run_through_every_command(name, data, tmp_path):
     run = tmp_path / "run"
     lmlab("import", tmp_path / "hf", "--out", run)
     assert names(run, "imported.from", tmp_path / "hf")
-    lmlab("embed", run, "A sentence.", "--out", tmp_path / "vectors.npy")
+    lmlab("embed", run, "A sentence.", "Another.", "--out", tmp_path / "vectors.npy")
+    vectors = np.load(tmp_path / "vectors.npy")
+    assert vectors.shape == (2, load_run(run).model.cfg.d_model) and np.isfinite(vectors).all()
     if load_run(run).objective.can_generate:
         lmlab("generate", run, "The quick", "--max-new-tokens", "4", "--greedy")
     else:

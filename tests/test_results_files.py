@@ -98,7 +98,8 @@ def test_the_benchmarks_writer_leaves_no_folder_of_the_machine(tmp_path):
     results = {
         "settings": {"out": str(ROOT / "benchmarks" / "results" / "x.json"),
                      "blimp": str(ROOT.parent / "shared" / "data" / "blimp"),
-                     "run": str(work / "runs" / "mlm"), "scratch": "/tmp/blimp/data",
+                     "run": str(work / "runs" / "mlm"),
+                     "scratch": str(Path(tempfile.gettempdir()) / "blimp" / "data"),
                      "home": str(Path.home() / "runs" / "clm"), "elsewhere": "/opt/models/smol",
                      "windows": "C:\\Users\\me\\run", "rate": "1/4 of tokens/s"},
         "note": f"read from ({ROOT.parent / 'shared' / 'data'}), 16 MB",

@@ -116,7 +116,8 @@ def _fill_mask_lines(run: Run, dataset: Dataset) -> list[str]:
 
 
 def _continuation_lines(run: Run, dataset: Dataset) -> list[str]:
-    # span corruption's prompt takes three more tokens: a gap's sentinel, [EOS], a sentinel
+    # at most half the context, leaving the rest to continue in; less three tokens, which
+    # span corruption's prompt adds (a gap's sentinel, [EOS], a sentinel)
     prompt = held_out_passage(dataset, min(PROMPT_TOKENS, run.max_seq_len // 2 - 3))
     if not prompt:
         return ["  (no held-out passage long enough to continue)"]
@@ -142,13 +143,18 @@ def _example(out: Path, dataset: Dataset) -> tuple[list[str], str]:
         return [], f"lmlab embed {run_arg} \"Your sentence.\""
 
 
-def _example_or_why_not(out: Path, dataset: Dataset) -> tuple[list[str], str]:
+def _example_or_why_not(out: Path, dataset: Dataset) -> tuple[list[str], list[str]]:
+    """The example's lines and the command to try the model with (none when the run could
+    not be read for it)."""
     try:
-        return _example(out, dataset)
+        example, try_it = _example(out, dataset)
+        return example, [f"  {try_it}"]
     except Exception as error:  # a report: whatever it hits, the run it reports on succeeded
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return ([f"  (the example could not be shown: {reason})"],
-                f"lmlab eval {shlex.quote(str(out))} --data DATASET_OR_TEXT_FILES")
+        return [f"  (the example could not be shown: {_first_line(error)})"], []
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def _lineage_lines(out: Path) -> list[str]:
@@ -157,7 +163,7 @@ def _lineage_lines(out: Path) -> list[str]:
     try:
         init = read_run_config(out / CONFIG).init
     except Exception as error:  # a report never fails the run
-        return [f"(the run's source could not be read: {error})"]
+        return [f"(the run's source could not be read: {_first_line(error)})"]
     if init is None:
         return []
     source = os.path.relpath(os.path.normpath(out / init.run))
@@ -177,13 +183,13 @@ def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
     try:
         losses = _loss_lines(out, dataset)
     except Exception as error:  # as above: a report never fails the run
-        losses = [f"  (the held-out losses could not be read: {error})"]
+        losses = [f"  (the held-out losses could not be read: {_first_line(error)})"]
     run_arg = shlex.quote(str(out))
     data = f" --data {shlex.quote(cfg.data)}" if cfg.data else ""
     data += f" --init {shlex.quote(cfg.init)}" if cfg.init else ""
     return "\n".join([
         *_lineage_lines(out), f"run saved in {out}; at its end, on held-out text:", *losses,
         *example, f"curves: {out / 'curves.png'}",
-        "next:", f"  {try_it}", f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
+        "next:", *try_it, f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
         f"  lmlab pretrain --objective {shlex.quote(cfg.objective)}{data} --out {run_arg} "
         "--minutes 30 --overwrite   (longer runs learn more)"])

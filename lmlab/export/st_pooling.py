@@ -71,8 +71,10 @@ def _entry(directory: Path, modules: list[tuple[str, str]], context: int) -> Emb
         raise _NotComputed(f"it pools with {mode}")
     settings = directory / SETTINGS
     max_len = read_json_object(settings).get("max_seq_length") if settings.is_file() else None
-    if not (isinstance(max_len, int) and not isinstance(max_len, bool) and 0 < max_len < context):
+    if not (isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0):
         max_len = None
+    elif max_len > context:
+        max_len = context  # no text is read past the model's context
     return Embedding(ST_POOLINGS[mode], kinds[-1] == "Normalize", max_len)
 
 
