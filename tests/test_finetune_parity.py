@@ -123,7 +123,7 @@ def hf_model(case: Case) -> torch.nn.Module:
 def head_logits(logits: torch.Tensor, case: Case, batch: Batch) -> torch.Tensor:
     """lmlab's head output of a batch, read off HF's logits over all positions."""
     if case.task.head == "tag":  # lmlab scores only the labelled positions
-        return logits.reshape(-1, logits.shape[-1])[batch.predict_at["tag"]]
+        return batch.predict_at["tag"].read(logits)
     return logits
 
 

@@ -20,8 +20,8 @@ def test_sparse_head_equals_dense_head_at_target_positions(special, head):
     sparse = model(**inputs)[head]
     dense = model(**{**inputs, "predict_at": {head: None}})[head]
     at = batch.predict_at[head]
-    assert sparse.shape == (len(at), special.vocab_size) and len(at) > 0
-    torch.testing.assert_close(sparse, dense.reshape(-1, special.vocab_size)[at],
+    assert sparse.shape == (len(at.flat), special.vocab_size) and len(at.flat) > 0
+    torch.testing.assert_close(sparse, dense.reshape(-1, special.vocab_size)[at.flat],
                                atol=1e-6, rtol=1e-6)
     sparse_loss = token_loss_sum(sparse, batch.targets, at)
     dense_loss = token_loss_sum(dense, batch.targets, None)

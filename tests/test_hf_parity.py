@@ -23,6 +23,7 @@ from lmlab.export import (
 )
 from lmlab.export.hf import HF_FAMILIES
 from lmlab.model import LanguageModel, MaskSpec
+from lmlab.model.selectors import Positions
 from lmlab.objectives import (
     IGNORE_INDEX,
     Batch,
@@ -31,7 +32,6 @@ from lmlab.objectives import (
     MaskedLMWithNSP,
     SpecialTokens,
 )
-from lmlab.objectives.batch import flat_positions
 from lmlab.objectives.losses import next_token_targets
 from lmlab.presets import preset
 
@@ -99,7 +99,7 @@ def lmlab_loss(model: LanguageModel, family: str) -> torch.Tensor:
         targets, nsp_labels = loss_labels()
         objective = MaskedLMWithNSP(MaskedLM(special))
         batch = Batch(ids, MaskSpec("bidirectional", segment_ids=attention_mask), None, targets,
-                      {"mlm": flat_positions(targets != IGNORE_INDEX), "nsp": None},
+                      {"mlm": Positions.where(targets != IGNORE_INDEX), "nsp": None},
                       token_type_ids=token_types, extras={"nsp_label": nsp_labels})
     else:
         objective = CausalLM(special)

@@ -82,7 +82,7 @@ def test_pinned_outputs_for_a_fixed_seed():
     batch = MaskedLM(special, rate=0.3).make_batch(tokens, seeded(1234))
     assert batch.input_ids.tolist() == PINNED_INPUTS
     assert batch.targets.tolist() == PINNED_TARGETS
-    assert batch.predict_at["mlm"].tolist() == PINNED_PREDICT_AT
+    assert batch.predict_at["mlm"].flat.tolist() == PINNED_PREDICT_AT
 
 
 PINNED_INPUTS = [[2, 10, 4, 12, 4, 14, 4, 16, 17, 18, 19, 3],
@@ -114,7 +114,7 @@ def test_masked_next_token_predicts_each_masked_token_from_the_position_before(s
     assert torch.equal(targets[:, :-1][selected_next], tokens[:, 1:][selected_next])
     assert (targets[:, -1] == IGNORE_INDEX).all()
     batch = shifted.make_batch(tokens, seeded(11))
-    assert torch.equal(batch.predict_at["lm"], (batch.targets.reshape(-1) != IGNORE_INDEX)
+    assert torch.equal(batch.predict_at["lm"].flat, (batch.targets.reshape(-1) != IGNORE_INDEX)
                        .nonzero().squeeze(1))
 
 

@@ -98,5 +98,6 @@ def test_masked_lm_with_nsp():
         [_, _, 31, _, _, _, _, _, _, _, _, _, _, _, _, _],
         [_, _, _, _, _, _, _, _, 46, _, _, _, _, _, _, _],
     ]
-    assert batch.predict_at["mlm"].tolist() == [5, 13, 14, 18, 19, 20, 21, 22, 27, 29, 34, 56]
+    assert batch.predict_at["mlm"].flat.tolist() == [5, 13, 14, 18, 19, 20, 21, 22, 27, 29, 34,
+                                                     56]
     assert batch.predict_at["nsp"] is None

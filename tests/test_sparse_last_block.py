@@ -1,11 +1,13 @@
 """When one token head reads chosen positions (MLM), the last block computes its output there
-only; logits and every gradient equal the full model's at those positions."""
+only; logits and every gradient equal the full model's at those positions, and the rows it
+computed come back under "hidden_rows" instead of "hidden"."""
 
 import pytest
 import torch
 
 from lmlab import LanguageModel, preset
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions, Rows
 
 VOCAB, LENGTH = 120, 24
 
@@ -21,14 +23,15 @@ def logits_and_gradients(model, ids, mask, at, sparse: bool):
     model.zero_grad()
     head = next(iter(model.heads))
     if sparse:
-        outputs = model(ids, mask, predict_at={head: at})
-        logits = outputs[head]
+        outputs = model(ids, mask, predict_at={head: Positions(at)})
+        logits, hidden = outputs[head], outputs.pop("hidden_rows")
     else:
         outputs = model(ids, mask, predict_at={head: None})
-        logits = outputs[head].reshape(-1, VOCAB)[at]
+        logits, hidden = outputs[head].reshape(-1, VOCAB)[at], outputs.pop("hidden")
+    assert set(outputs) == {head}
     weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
     (logits * weights).sum().backward()
-    return outputs["hidden"].shape, logits.detach(), {
+    return hidden.shape, logits.detach(), {
         name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
@@ -53,8 +56,7 @@ def test_the_last_block_at_chosen_rows_equals_the_full_model(family, head, recom
 def test_several_heads_or_every_position_keep_the_full_hidden_states():
     model = LanguageModel(preset("bert-tiny", VOCAB, LENGTH), heads=("mlm", "nsp"))
     ids, mask = torch.randint(10, VOCAB, (3, LENGTH)), MaskSpec("bidirectional")
-    at = torch.tensor([1, 2])
-    assert model(ids, mask, predict_at={"mlm": at, "nsp": None})["hidden"].shape == (3, LENGTH, 64)
-    assert model(ids, mask, predict_at={"mlm": None})["hidden"].shape == (3, LENGTH, 64)
-    assert model(ids, mask, predict_at={"nsp": torch.tensor([0, 2])})["hidden"].shape == (
-        3, LENGTH, 64)
+    at, rows = Positions(torch.tensor([1, 2])), Rows(torch.tensor([0, 2]))
+    for predict_at in ({"mlm": at, "nsp": None}, {"mlm": None}, {"nsp": rows}):
+        outputs = model(ids, mask, predict_at=predict_at)
+        assert outputs["hidden"].shape == (3, LENGTH, 64) and "hidden_rows" not in outputs

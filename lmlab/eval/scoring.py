@@ -21,6 +21,7 @@ from tqdm import tqdm
 from lmlab.eval.rules import Chunk, ScoringRule
 from lmlab.eval.windows import DEFAULT_BATCH_TOKENS, check_stride
 from lmlab.model import LanguageModel, MaskSpec
+from lmlab.model.selectors import Positions
 
 LOGITS_PER_BATCH = 2**25  # 128 MB of float32 logits
 
@@ -124,7 +125,8 @@ def _log_probs(model: LanguageModel, rule: ScoringRule, chunks: list[Chunk],
     segments = None if bool(real.all()) else real  # padding is segment 0
     mask = MaskSpec(rule.attention, prefix_len, segments).to(device)
     positions = torch.arange(length, device=device).expand(len(ids), length)
-    outputs = model(ids.to(device), mask, positions, predict_at={rule.head: flat.to(device)})
+    outputs = model(ids.to(device), mask, positions,
+                    predict_at={rule.head: Positions(flat.to(device))})
     logits = outputs[rule.head].float()
     target_logits = logits.gather(1, targets[:, None].to(device)).squeeze(1)
     right = logits.argmax(dim=-1).cpu() == targets

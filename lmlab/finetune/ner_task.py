@@ -23,7 +23,8 @@ from lmlab.finetune.readers import (
 )
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
-from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.model.selectors import Positions
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 
 
@@ -97,13 +98,13 @@ class NERTask(Task):
                 targets = torch.tensor(row.target)
                 batch.targets[index, : len(targets)] = targets
         scored |= batch.targets != IGNORE_INDEX
-        batch.predict_at[self.head] = flat_positions(scored)
+        batch.predict_at[self.head] = Positions.where(scored)
 
     def target_counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         return {self.name: (batch.targets != IGNORE_INDEX).sum()}
 
     def loss(self, outputs: dict, batch: Batch) -> LossSum:
-        targets = batch.targets.reshape(-1)[batch.predict_at[self.head]]
+        targets = batch.predict_at[self.head].read(batch.targets)
         total = F.cross_entropy(outputs[self.head].float(), targets, ignore_index=IGNORE_INDEX,
                                 reduction="sum")
         return LossSum({self.name: (total, (targets != IGNORE_INDEX).sum())})
@@ -111,7 +112,7 @@ class NERTask(Task):
     def row_outputs(self, outputs: dict, batch: Batch) -> list:
         """Per row: the tag probabilities of each word's first piece, (words, labels)."""
         probabilities = outputs[self.head].float().softmax(-1).cpu()
-        at = batch.predict_at[self.head].cpu()
+        at = batch.predict_at[self.head].flat.cpu()
         width = batch.input_ids.shape[1]
         found = []
         for row in range(batch.input_ids.shape[0]):

@@ -28,6 +28,7 @@ from lmlab.finetune.readers import (
     read_table,
 )
 from lmlab.finetune.task import Reading, Row, Task, pooling_weights
+from lmlab.model.selectors import Pooling
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 
@@ -85,8 +86,8 @@ class ClassifyTask(Task):
 
     def add_targets(self, batch: Batch, rows: Sequence[Row], reading: Reading) -> None:
         lengths = [len(row.ids) for row in rows]
-        batch.predict_at[self.head] = pooling_weights(lengths, batch.input_ids.shape[1],
-                                                      reading.pooling)
+        batch.predict_at[self.head] = Pooling(pooling_weights(lengths, batch.input_ids.shape[1],
+                                                              reading.pooling))
         if all(row.target is not None for row in rows):
             kind = torch.float32 if self.numeric else torch.long
             batch.extras["label"] = torch.tensor([row.target for row in rows], dtype=kind)

@@ -23,6 +23,7 @@ from lmlab.finetune.task import Reading, Task, resolve_reading
 from lmlab.finetune.tasks import make_task
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
+from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
@@ -182,7 +183,7 @@ def _run_config(out: Path, cfg: FinetuneConfig, pretrained: Run, model: Language
 
 
 def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:
-    pooling = f", {cfg.pooling} pooling" if HEADS[task.head].kind == "sequence" else ""
+    pooling = f", {cfg.pooling} pooling" if Pooling in HEADS[task.head].accepts else ""
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "

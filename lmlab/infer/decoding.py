@@ -16,6 +16,7 @@ from torch import Tensor
 
 from lmlab.infer.sampling import Sampling, next_tokens
 from lmlab.model import KVCache, LanguageModel, MaskSpec
+from lmlab.model.selectors import Positions
 from lmlab.runs.reading import pad_left
 
 
@@ -41,7 +42,8 @@ def _next_logits(model: LanguageModel, ids: Tensor, mask: MaskSpec, positions: T
     the cache. For a prompt the LM head, and the last block past attention, run at its last
     column only; a step's one column is every position (picking it out would only copy)."""
     batch, length = ids.shape
-    last = None if length == 1 else torch.arange(1, batch + 1, device=ids.device) * length - 1
+    last = (None if length == 1
+            else Positions(torch.arange(1, batch + 1, device=ids.device) * length - 1))
     logits = model(ids, mask, positions=positions, cache=cache, predict_at={"lm": last})["lm"]
     return logits.view(batch, -1)
 

@@ -13,7 +13,7 @@ import torch
 from tqdm import tqdm
 
 from lmlab.model import MaskSpec
-from lmlab.objectives.batch import flat_positions
+from lmlab.model.selectors import Positions
 from lmlab.runs import Run
 from lmlab.runs.reading import (
     MASK_TEXT,
@@ -89,7 +89,7 @@ def _fill_batch(run: Run, rows: list[list[int]],
     ids, segments = ids.to(run.device), segments.to(run.device)
     is_mask = ids == run.special.mask
     head, shift = run.objective.fill_mask_head
-    at = flat_positions(is_mask) - shift
+    at = Positions.where(is_mask).map(lambda flat: flat - shift)
     logits = run.model(ids, MaskSpec("bidirectional", segment_ids=segments),
                               predict_at={head: at})[head]  # (masks, V)
     probabilities, token_ids = logits.float().softmax(dim=-1).topk(

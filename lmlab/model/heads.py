@@ -1,16 +1,16 @@
-"""Output heads, each declaring its kind: it predicts per token, per sequence, or per span.
+"""Output heads, each declaring what it reads (`accepts`, lmlab.model.selectors): a token head
+reads chosen tokens, a sequence head chosen rows or a pooling of them, a span head every
+position.
 
-A token head runs at chosen positions (`at`, flat indices into B·T; None = everywhere): for
-MLM that skips the ~85% of rows of the costliest matmul that carry no target. A vocabulary
-head can also stop short of its decoder and return `Unprojected` features, which a loss
-projects and scores in one fused step (lmlab/kernels/linear_cross_entropy.py). A sequence head's
-`at` selects rows or gives pooling weights; a span head scores every position.
+A token head runs at chosen `Positions` (None = everywhere): for MLM that skips the ~85% of
+rows of the costliest matmul that carry no target. A vocabulary head can also stop short of
+its decoder and return `Unprojected` features, which a loss projects and scores in one fused
+step (lmlab/kernels/linear_cross_entropy.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,7 +18,8 @@ from torch import Tensor, nn
 from lmlab.config import ModelConfig
 from lmlab.kernels.linear import Linear
 from lmlab.kernels.linear_cross_entropy import linear_cross_entropy
-from lmlab.model.layers import gather_rows, make_norm
+from lmlab.model.layers import make_norm
+from lmlab.model.selectors import Pooling, Positions, Rows
 
 
 @dataclass
@@ -37,13 +38,11 @@ class Unprojected:
                                     targets)
 
 
-HeadKind = Literal["token", "sequence", "span"]
-
-
 class Head(nn.Module):
-    """An output head over the backbone's hidden states (B, T, d)."""
+    """An output head over the backbone's hidden states (B, T, d); a token head unless it says
+    otherwise in `accepts`, the selectors (or None) it can be given as `at`."""
 
-    kind: HeadKind = "token"
+    accepts: tuple[type, ...] = (Positions, type(None))
 
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the input embedding, when the model ties it; only vocabulary heads do."""
@@ -57,15 +56,20 @@ class VocabularyHead(Head):
     def tie(self, embedding: nn.Embedding) -> None:
         self.decoder.weight = embedding.weight
 
-    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
+    def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
         raise NotImplementedError
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None,
+    def forward(self, hidden: Tensor, at: Positions | None = None,
                 unprojected: bool = False) -> Tensor | Unprojected:
         features = self.features(hidden, at)
         if unprojected:
             return Unprojected(features.reshape(-1, features.shape[-1]), self.decoder)
         return self.decoder(features)
+
+
+def read_tokens(hidden: Tensor, at: Positions | None) -> Tensor:
+    """(B, T, d) hidden states, or (N, d) at `at`'s positions."""
+    return hidden if at is None else at.read(hidden)
 
 
 class LMHead(VocabularyHead):
@@ -75,8 +79,8 @@ class LMHead(VocabularyHead):
         super().__init__()
         self.decoder = Linear(cfg.d_model, cfg.vocab_size, bias=False)
 
-    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
-        return gather_rows(hidden, at)
+    def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
+        return read_tokens(hidden, at)
 
 
 class MLMHead(VocabularyHead):
@@ -88,8 +92,8 @@ class MLMHead(VocabularyHead):
         self.norm = make_norm(cfg)
         self.decoder = Linear(cfg.d_model, cfg.vocab_size)
 
-    def features(self, hidden: Tensor, at: Tensor | None) -> Tensor:
-        return self.norm(F.gelu(self.transform(gather_rows(hidden, at))))
+    def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
+        return self.norm(F.gelu(self.transform(read_tokens(hidden, at))))
 
 
 class SequenceHead(Head):
@@ -97,12 +101,11 @@ class SequenceHead(Head):
     → `num_labels` scores (1 for regression). Next-sentence prediction is this head with two
     labels, so a pre-trained NSP pooler carries over into fine-tuning, as in BERT.
 
-    `at` says what to pool: None = the first position of every row; a 1-D tensor = those rows'
-    first position; a (B, T) float tensor = per-row pooling weights summing to 1 (one-hot at
-    [CLS] or at the last token, or uniform over the text for mean pooling).
+    `at` says what to pool: None = the first position of every row; `Rows` = those rows'
+    first position; `Pooling` = per-row weights of each position.
     """
 
-    kind = "sequence"
+    accepts = (Rows, Pooling, type(None))
 
     def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
         super().__init__()
@@ -110,13 +113,8 @@ class SequenceHead(Head):
         self.dropout = nn.Dropout(cfg.dropout)
         self.classifier = Linear(cfg.d_model, num_labels)
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        if at is None:
-            pooled = hidden[:, 0]
-        elif at.ndim == 1:
-            pooled = hidden[at, 0]
-        else:
-            pooled = (at.unsqueeze(-1).to(hidden.dtype) * hidden).sum(dim=1)  # (B, d)
+    def forward(self, hidden: Tensor, at: Rows | Pooling | None = None) -> Tensor:
+        pooled = hidden[:, 0] if at is None else at.read(hidden)
         return self.classifier(self.dropout(self.pooler(pooled).tanh()))
 
 
@@ -128,22 +126,20 @@ class TokenHead(Head):
         self.dropout = nn.Dropout(cfg.dropout)
         self.classifier = Linear(cfg.d_model, num_labels)
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        return self.classifier(self.dropout(gather_rows(hidden, at)))
+    def forward(self, hidden: Tensor, at: Positions | None = None) -> Tensor:
+        return self.classifier(self.dropout(read_tokens(hidden, at)))
 
 
 class SpanHead(Head):
     """Extractive QA: a start and an end score at every position, (B, T, 2)."""
 
-    kind = "span"
+    accepts = (type(None),)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.outputs = Linear(cfg.d_model, 2)
 
-    def forward(self, hidden: Tensor, at: Tensor | None = None) -> Tensor:
-        if at is not None:
-            raise ValueError("a span head scores every position; it takes no `at`")
+    def forward(self, hidden: Tensor, at: None = None) -> Tensor:
         return self.outputs(hidden)
 
 
@@ -159,8 +155,3 @@ def make_head(name: str, cfg: ModelConfig, **options) -> Head:
     if name not in HEADS:
         raise ValueError(f"unknown head {name!r}; choose from {sorted(HEADS)}")
     return HEADS[name](cfg, **options)
-
-
-def selects_rows(name: str) -> bool:
-    """Whether the head called `name` is given rows, not flat token positions, as `at`."""
-    return HEADS[name].kind == "sequence"

@@ -11,6 +11,7 @@ from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache
 from lmlab.model.heads import Head, VocabularyHead, make_head
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions, Selector, describe
 from lmlab.model.transformer import Transformer
 
 
@@ -45,24 +46,25 @@ class LanguageModel(nn.Module):
 
     def forward(self, input_ids: Tensor, mask: MaskSpec, positions: Tensor | None = None,
                 token_type_ids: Tensor | None = None,
-                predict_at: Mapping[str, Tensor | None] | None = None,
+                predict_at: Mapping[str, Selector | None] | None = None,
                 cache: KVCache | None = None, unprojected: bool = False) -> dict:
         """Run the backbone, then each requested head.
 
-        `predict_at` maps a head name to flat positions (indices into B·T; rows for a
-        sequence head) or None for every position; by default every head runs everywhere.
-        Returns the hidden states under "hidden" and each head's logits under its name; with
-        `unprojected`, vocabulary heads return `Unprojected` features for a fused loss
-        instead of logits. When one token head alone runs, at chosen positions (MLM), the
-        backbone computes its last outputs there only, and "hidden" holds those rows (N, d).
+        `predict_at` maps a head name to what it reads (lmlab.model.selectors: `Positions`,
+        `Rows`, `Pooling`, or None for everything), each head accepting its own kinds; by
+        default every head runs everywhere. Returns each head's logits under its name; with
+        `unprojected`, vocabulary heads return `Unprojected` features for a fused loss instead
+        of logits. The final hidden states are under "hidden", (B, T, d), except when one
+        token head alone runs at chosen positions (MLM): the backbone then computes its last
+        outputs at those positions only, and they are under "hidden_rows", (N, d), instead.
         """
         requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)
-        for name in requests:
-            if name not in self.heads:
-                raise ValueError(f"this model has no {name!r} head (it has {list(self.heads)})")
+        for name, at in requests.items():
+            self._check_request(name, at)
         keep = self._only_rows_read(requests)
-        hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache, keep)
-        outputs = {"hidden": hidden}
+        hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache,
+                               None if keep is None else keep.flat)
+        outputs = {"hidden" if keep is None else "hidden_rows": hidden}
         for name, at in requests.items():
             head, at = self.heads[name], None if keep is not None else at
             outputs[name] = (head(hidden, at, unprojected=True)
@@ -70,12 +72,21 @@ class LanguageModel(nn.Module):
                              else head(hidden, at))
         return outputs
 
-    def _only_rows_read(self, requests: Mapping[str, Tensor | None]) -> Tensor | None:
-        """The flat positions read, when a single token head reads chosen positions only."""
+    def _check_request(self, name: str, at: Selector | None) -> None:
+        if name not in self.heads:
+            raise ValueError(f"this model has no {name!r} head (it has {list(self.heads)})")
+        head = self.heads[name]
+        if not isinstance(at, head.accepts):
+            raise ValueError(f"the {name!r} head ({type(head).__name__}) reads "
+                             f"{describe(head.accepts)}; it was given {describe([type(at)])}")
+
+    @staticmethod
+    def _only_rows_read(requests: Mapping[str, Selector | None]) -> Positions | None:
+        """The positions read, when a single token head reads chosen positions only."""
         if len(requests) != 1:
             return None
-        ((name, at),) = requests.items()
-        return at if at is not None and self.heads[name].kind == "token" else None
+        (at,) = requests.values()
+        return at if isinstance(at, Positions) else None
 
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lmlab.model.selectors import Positions, Selector
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import IGNORE_INDEX, LossSum, token_loss_sum
 from lmlab.objectives.traits import Traits
@@ -64,6 +65,15 @@ class Objective:
     @property
     def heads(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(h for leaf in self.leaves() for h in leaf.traits.heads))
+
+    def reads_nothing(self) -> dict[str, Selector]:
+        """Each of its heads asked to read nothing, as a composite asks for its idle parts'
+        heads (lmlab.objectives.mixture): a plain objective's vocabulary heads at no position;
+        a composite's, as its parts ask for theirs."""
+        if self.leaves() == [self]:
+            return {head: Positions.nowhere() for head in self.heads}
+        return {head: nothing for leaf in self.leaves()
+                for head, nothing in leaf.reads_nothing().items()}
 
     @property
     def packing(self) -> str:

@@ -8,24 +8,24 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from lmlab.model.heads import selects_rows
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Selector
 
 
 @dataclass
 class Batch:
     """Model inputs, attention policy and targets for one micro-batch.
 
-    `predict_at` maps each head to flat positions (indices into B·T; rows for a sequence head)
-    must produce logits, or None for every position. `targets` holds the target id at each
-    position, IGNORE_INDEX elsewhere.
+    `predict_at` maps each head to what it must read (lmlab.model.selectors: Positions,
+    Rows, Pooling, or None for everything). `targets` holds the target id at each position,
+    IGNORE_INDEX elsewhere.
     """
 
     input_ids: Tensor  # (B, T)
     mask: MaskSpec
     positions: Tensor  # (B, T)
     targets: Tensor  # (B, T)
-    predict_at: dict[str, Tensor | None]
+    predict_at: dict[str, Selector | None]
     token_type_ids: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
     # What the host decides by (which objective made the batch): kept off the device, so
@@ -40,15 +40,8 @@ class Batch:
         """The sub-batch of rows [start, stop), e.g. one micro-batch of a larger batch."""
         length = self.input_ids.shape[1]
         cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
-        predict_at = {}
-        for head, at in self.predict_at.items():
-            if at is not None and at.ndim == 2:  # per-row weights
-                at = at[start:stop]
-            elif at is not None:
-                first, last = (start, stop) if selects_rows(head) else (start * length,
-                                                                      stop * length)
-                at = at[(at >= first) & (at < last)] - first
-            predict_at[head] = at
+        predict_at = {head: None if at is None else at.rows(start, stop, length)
+                      for head, at in self.predict_at.items()}
         return Batch(
             input_ids=cut(self.input_ids), mask=self.mask.rows(start, stop),
             positions=cut(self.positions), targets=cut(self.targets), predict_at=predict_at,
@@ -71,7 +64,8 @@ class Batch:
             self, input_ids=move(self.input_ids), mask=self.mask.to(device, move),
             positions=move(self.positions), targets=move(self.targets),
             token_type_ids=move(self.token_type_ids),
-            predict_at={k: move(v) for k, v in self.predict_at.items()},
+            predict_at={k: None if v is None else v.map(move)
+                        for k, v in self.predict_at.items()},
             extras={k: move(v) for k, v in self.extras.items()},
         )
 
@@ -83,8 +77,3 @@ def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
     if torch.device(device).type == "cuda" and tensor.device.type == "cpu":
         tensor = tensor.pin_memory()
     return tensor.to(device, non_blocking=True)
-
-
-def flat_positions(where: Tensor) -> Tensor:
-    """Flat indices into B·T of the True entries of a (B, T) boolean tensor."""
-    return where.reshape(-1).nonzero().squeeze(1)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.heads import Unprojected
+from lmlab.model.selectors import Positions
 
 
 @dataclass
@@ -54,11 +55,16 @@ def empty_sum(output: Tensor | Unprojected) -> Tensor:
 
 
 def token_loss_sum(output: Tensor | Unprojected, targets: Tensor,
-                   at: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy of a head's output against `targets` (B, T) at flat positions
-    `at`, and the number of targets."""
-    flat_targets = targets.reshape(-1) if at is None else targets.reshape(-1)[at]
+                   at: Positions | None) -> tuple[Tensor, Tensor]:
+    """Summed cross-entropy of a head's output against `targets` (B, T) at positions `at`
+    (None: every position), and the number of targets."""
+    flat_targets = targets_at(targets, at)
     return cross_entropy(output, flat_targets)[0], (flat_targets != IGNORE_INDEX).sum()
+
+
+def targets_at(targets: Tensor, at: Positions | None) -> Tensor:
+    """The flat targets of (B, T) `targets` at positions `at`, or at every position."""
+    return targets.reshape(-1) if at is None else at.read(targets)
 
 
 def next_token_targets(tokens: Tensor, segment_ids: Tensor) -> Tensor:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 
 import torch
 from torch import Tensor
 
-from lmlab.model.heads import selects_rows
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Selector, stacked
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import IGNORE_INDEX, LossSum, cross_entropy, empty_sum
@@ -44,19 +45,19 @@ def as_prefix_mask(mask: MaskSpec, batch: int, length: int) -> MaskSpec:
     return MaskSpec("prefix", prefix_len=prefix, segment_ids=segments)
 
 
-def concatenate_batches(parts: list[Batch]) -> Batch:
-    """Stack sub-batches' rows into one batch; flat positions shift with their rows."""
+def concatenate_batches(parts: list[Batch], nothing: dict[str, Selector]) -> Batch:
+    """Stack sub-batches' rows into one batch; what each head reads shifts with its rows.
+    `nothing` holds each head's selector of nothing, for the parts without that head; its
+    kind also says what a part's None (everything) is."""
     length = parts[0].input_ids.shape[1]
     masks = [as_prefix_mask(p.mask, len(p.input_ids), length) for p in parts]
-    predict_at: dict[str, list[Tensor]] = {}
-    row_offset = 0
-    for part in parts:
-        for head, at in part.predict_at.items():
-            if at is None:
-                at = torch.arange(part.input_ids.numel())
-            shift = row_offset if selects_rows(head) else row_offset * length
-            predict_at.setdefault(head, []).append(at + shift)
-        row_offset += len(part.input_ids)
+    starts = list(accumulate((len(p.input_ids) for p in parts[:-1]), initial=0))
+
+    def read_by(part: Batch, start: int, head: str) -> Selector:
+        at = part.predict_at.get(head, nothing[head])
+        at = type(nothing[head]).every(len(part.input_ids), length) if at is None else at
+        return at.shifted(start, length)
+
     types = [p.token_type_ids if p.token_type_ids is not None
              else torch.zeros_like(p.input_ids) for p in parts]
     return Batch(
@@ -65,7 +66,9 @@ def concatenate_batches(parts: list[Batch]) -> Batch:
                       segment_ids=torch.cat([m.segment_ids for m in masks])),
         positions=torch.cat([p.positions for p in parts]),
         targets=torch.cat([p.targets for p in parts]),
-        predict_at={head: torch.cat(ats) for head, ats in predict_at.items()},
+        predict_at={head: stacked([read_by(part, start, head)
+                                   for part, start in zip(parts, starts, strict=True)])
+                    for head in nothing},
         token_type_ids=torch.cat(types),
         extras={"rows_per_objective": torch.tensor([len(p.input_ids) for p in parts])},
     )
@@ -120,7 +123,8 @@ class Mixture(Objective):
         counts = rows_per_objective(len(tokens), self.weights)
         rows = tokens.split(counts)
         return concatenate_batches([o.make_batch(r, generator, step)
-                                    for o, r in zip(self.objectives, rows, strict=True)])
+                                    for o, r in zip(self.objectives, rows, strict=True)],
+                                   self.reads_nothing())
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         return {self.name: (batch.targets != IGNORE_INDEX).sum()}
@@ -128,15 +132,15 @@ class Mixture(Objective):
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         length = batch.input_ids.shape[1]
         row_ends = torch.cumsum(batch.extras["rows_per_objective"], 0)
-        zero = outputs["hidden"].new_zeros((), dtype=torch.float32)
+        zero = batch.targets.new_zeros((), dtype=torch.float32)
         pooled = [zero, torch.tensor(0)]
         details = {name: [zero, torch.tensor(0)] for name in self.part_names}
         for head in self.heads:
             at = batch.predict_at[head]
-            targets = batch.targets.reshape(-1)[at]
+            targets = at.read(batch.targets)
             loss_sum, losses = cross_entropy(outputs[head], targets)
             valid = targets != IGNORE_INDEX
-            owner = torch.searchsorted(row_ends, at // length, right=True)
+            owner = torch.searchsorted(row_ends, at.flat // length, right=True)
             for index, name in enumerate(self.part_names):
                 mine = owner == index
                 details[name][0] = details[name][0] + (losses * mine).sum()
@@ -221,8 +225,8 @@ def part_batch(composite: Objective, index: int, tokens: Tensor, generator: torc
     """Part `index`'s batch, with the composite's idle heads at no position (see `part_loss`)."""
     batch = composite.objectives[index].make_batch(tokens, generator, step)
     batch.host_facts["objective_index"] = index
-    for head in composite.heads:
-        batch.predict_at.setdefault(head, torch.empty(0, dtype=torch.long))
+    for head, nothing in composite.reads_nothing().items():
+        batch.predict_at.setdefault(head, nothing)
     return batch
 
 

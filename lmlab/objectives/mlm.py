@@ -11,9 +11,10 @@ from torch import Tensor
 
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions
 from lmlab.objectives import masking
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import attention_segments, document_layout
 from lmlab.objectives.losses import IGNORE_INDEX
 from lmlab.objectives.traits import Traits
@@ -147,5 +148,5 @@ class MaskedLM(Objective):
             input_ids=inputs,
             mask=MaskSpec("bidirectional", segment_ids=attention_segments(segments)),
             positions=positions, targets=targets,
-            predict_at={self.head: flat_positions(targets != IGNORE_INDEX)},
+            predict_at={self.head: Positions.where(targets != IGNORE_INDEX)},
         )

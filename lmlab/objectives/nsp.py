@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions, Rows, Selector
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.losses import IGNORE_INDEX, LossSum
 from lmlab.objectives.mlm import MaskedLM
@@ -69,6 +70,9 @@ class MaskedLMWithNSP(Objective):
     def token_term(self) -> str:
         return self.mlm.name
 
+    def reads_nothing(self) -> dict[str, Selector]:
+        return {**super().reads_nothing(), "nsp": Rows.nowhere()}
+
     def for_run(self, total_steps: int) -> MaskedLMWithNSP:
         return MaskedLMWithNSP(self.mlm.for_run(total_steps))
 
@@ -118,7 +122,7 @@ class MaskedLMWithNSP(Objective):
         return Batch(
             input_ids=inputs, mask=MaskSpec("bidirectional", segment_ids=segments),
             positions=torch.arange(block_len).expand(batch, block_len), targets=targets,
-            predict_at={self.mlm.head: flat_positions(targets != IGNORE_INDEX), "nsp": None},
+            predict_at={self.mlm.head: Positions.where(targets != IGNORE_INDEX), "nsp": None},
             token_type_ids=types, extras={"nsp_label": labels},
         )
 

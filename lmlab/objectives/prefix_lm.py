@@ -8,8 +8,9 @@ from torch import Tensor
 
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import attention_segments, block_pad_id, document_layout
 from lmlab.objectives.losses import IGNORE_INDEX, next_token_targets
 from lmlab.objectives.traits import Traits
@@ -65,5 +66,5 @@ class PrefixLM(Objective):
             input_ids=tokens, mask=MaskSpec("prefix", prefix_len=prefix_len,
                                              segment_ids=attention_segments(segments)),
             positions=positions, targets=targets,
-            predict_at={"lm": flat_positions(targets != IGNORE_INDEX)},
+            predict_at={"lm": Positions.where(targets != IGNORE_INDEX)},
         )

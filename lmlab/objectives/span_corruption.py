@@ -16,8 +16,9 @@ from torch import Tensor
 
 from lmlab.data.special_tokens import SENTINELS, SpecialTokens
 from lmlab.model.masks import MaskSpec
+from lmlab.model.selectors import Positions
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch, flat_positions
+from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import block_pad_id
 from lmlab.objectives.losses import IGNORE_INDEX
 from lmlab.objectives.traits import Traits
@@ -132,5 +133,5 @@ class SpanCorruption(Objective):
         return Batch(
             input_ids=rows, mask=MaskSpec("prefix", prefix_len=prefix_len, segment_ids=segments),
             positions=torch.arange(block_len).expand(batch, block_len), targets=targets,
-            predict_at={"lm": flat_positions(targets != IGNORE_INDEX)},
+            predict_at={"lm": Positions.where(targets != IGNORE_INDEX)},
         )

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from lmlab.objectives.base import Objective
-from lmlab.objectives.losses import IGNORE_INDEX
+from lmlab.objectives.losses import IGNORE_INDEX, targets_at
 from lmlab.train.distributed import Env, all_reduce_sum
 from lmlab.train.precision import autocast
 
@@ -30,8 +30,7 @@ def evaluation_objectives(objective: Objective) -> dict[str, Objective]:
 
 def _correct_predictions(objective: Objective, outputs: dict[str, Tensor], batch) -> Tensor:
     head = objective.heads[0]
-    at = batch.predict_at[head]
-    targets = batch.targets.reshape(-1) if at is None else batch.targets.reshape(-1)[at]
+    targets = targets_at(batch.targets, batch.predict_at[head])
     logits = outputs[head].reshape(-1, outputs[head].shape[-1])
     return ((logits.argmax(-1) == targets) & (targets != IGNORE_INDEX)).sum()
 
