@@ -3,8 +3,9 @@ self-supervised objective on one backbone.
 
 The pipeline's verbs: `prepare` (text → dataset), `pretrain` (dataset → run), `load` (run →
 model with fill-mask, generate, embed and score) and `evaluate` (run → perplexities and
-minimal-pair accuracy), `finetune` (run + labelled task → fine-tuned run) and `predict`;
-`plan` (budget → model size) and `compare` (objectives → verdicts on each measure).
+minimal-pair accuracy), `fine_tune` (run + labelled task → fine-tuned run) and `predict`;
+`plan` (budget → model size) and `compare_objectives` (objectives → verdicts on each
+measure).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmlab import compare, finetune
 from lmlab.lazy import lazy_attributes
 from lmlab.version import __version__
 
 __getattr__ = lazy_attributes(__name__, {
     "ModelConfig": "lmlab.config.model", "prepare": "lmlab.data.prepare",
-    "evaluate": "lmlab.eval.evaluate", "KVCache": "lmlab.model", "LanguageModel": "lmlab.model",
+    "evaluate": "lmlab.eval.evaluate", "fine_tune": "lmlab.finetune:finetune",
+    "compare_objectives": "lmlab.compare:compare", "KVCache": "lmlab.model",
+    "LanguageModel": "lmlab.model",
     "MaskSpec": "lmlab.model", "preset": "lmlab.presets", "preset_names": "lmlab.presets",
     "Pretrained": "lmlab.pretrained", "load": "lmlab.pretrained", "Run": "lmlab.runs",
     **dict.fromkeys(("Alternating", "Batch", "CausalLM", "LinearRate", "LossSum", "MaskedLM",
@@ -78,8 +80,8 @@ def import_hf(source: str | Path, out: str | Path, allow_pickle: bool = False) -
 __all__ = [
     "Alternating", "Batch", "CausalLM", "KVCache", "LanguageModel", "LinearRate", "LossSum",
     "MaskSpec", "MaskedLM", "MaskedLMWithNSP", "Mixture", "ModelConfig", "PrefixLM",
-    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "Then", "compare", "evaluate", "load",
-    "prepare",
-    "__version__", "export_hf", "finetune", "import_hf", "plan", "predict", "preset",
+    "Pretrained", "Run", "SpanCorruption", "SpecialTokens", "Then", "compare_objectives",
+    "evaluate", "load", "prepare",
+    "__version__", "export_hf", "fine_tune", "import_hf", "plan", "predict", "preset",
     "preset_names", "pretrain",
 ]

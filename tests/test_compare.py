@@ -6,6 +6,7 @@ the design (equal FLOPs, steps, the ledger), resumption, the report and one-line
 
 import itertools
 import json
+import types
 
 import numpy as np
 import pytest
@@ -110,11 +111,12 @@ def test_a_sequence_is_owed_the_steps_its_phases_cost_together(world, tmp_path):
 @pytest.mark.slow
 def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
     out = tmp_path / "lab"
-    result = lmlab.compare("mlm,clm,mix:mlm=1", budget=40, data=world["data"], match="steps",
-                           fractions="1", seeds=2, model="modern-tiny", seq_len=32,
-                           batch_size=16, lr=3e-3, eval_tokens=2000, probe_epochs=4,
-                           probe_lr=1e-3, probes=[world["probe"]], pairs=[world["pairs"]],
-                           out=str(out), progress=False)
+    result = lmlab.compare_objectives("mlm,clm,mix:mlm=1", budget=40, data=world["data"],
+                                      match="steps", fractions="1", seeds=2,
+                                      model="modern-tiny", seq_len=32, batch_size=16, lr=3e-3,
+                                      eval_tokens=2000, probe_epochs=4, probe_lr=1e-3,
+                                      probes=[world["probe"]], pairs=[world["pairs"]],
+                                      out=str(out), progress=False)
     said = {(v["measure"], v["a"], v["b"]): v for v in result.verdicts}
     probe = "probe cue (f1)"
     # the next word decides the tag: bidirectional reading wins, causal cannot see it
@@ -201,12 +203,14 @@ def test_a_probe_reads_its_parts_or_a_finetune_config(tmp_path):
         Probe.read(f"sick={config}")
 
 
-def test_the_verbs_stay_callable_beside_their_packages():
-    import lmlab.compare.stats  # noqa: F401 — binds the packages to lmlab's names
-    import lmlab.finetune.results  # noqa: F401
+def test_the_verbs_are_plain_functions_beside_their_packages():
+    import lmlab.compare.stats
+    import lmlab.finetune.results
 
-    assert callable(lmlab.compare) and callable(lmlab.finetune)
-    assert lmlab.finetune.__call__.__doc__.startswith("Fine-tune the run")
+    assert isinstance(lmlab.compare, types.ModuleType)  # the packages, and nothing else
+    assert isinstance(lmlab.finetune, types.ModuleType) and not callable(lmlab.finetune)
+    assert lmlab.fine_tune.__doc__.startswith("Fine-tune the run")
+    assert lmlab.compare_objectives.__module__ == "lmlab.compare"
 
 
 @pytest.mark.slow
@@ -216,7 +220,7 @@ def test_side_by_side_workers_under_a_time_budget_and_an_interrupted_sub_run(wor
     options = dict(budget=0.04, data=world["data"], match="time", fractions="1", seeds=1,
                    model="modern-tiny", seq_len=32, batch_size=16, eval_tokens=2000,
                    workers=2, out=str(out), progress=False)
-    first = lmlab.compare("mlm,clm", **options)
+    first = lmlab.compare_objectives("mlm,clm", **options)
     assert {e["objective"] for e in first.analysis.ledger} == {"mlm", "clm"}
     assert all(e["steps"] >= 1 and e["seconds"] > 0 for e in first.analysis.ledger)
     # a sub-run killed after its checkpoint but before it was scored continues and is scored
@@ -224,7 +228,7 @@ def test_side_by_side_workers_under_a_time_budget_and_an_interrupted_sub_run(wor
     (killed / "scores.npz").unlink()
     (killed / "pretrained.json").unlink()
     capsys.readouterr()
-    again = lmlab.compare("mlm,clm", **{**options, "workers": 1})
+    again = lmlab.compare_objectives("mlm,clm", **{**options, "workers": 1})
     assert "2 pre-training runs: 1 done, 1 to run (clm 1)" in capsys.readouterr().out
     assert (killed / "scores.npz").is_file()
     assert [r.mean for r in again.analysis.rows] == pytest.approx(

@@ -1,12 +1,11 @@
 """Comparing pre-training objectives on one backbone: which is better, by how much, how sure.
 
-The package is callable: `lmlab.compare(...)` runs a comparison as `lmlab compare` does."""
-
-from lmlab.callable_package import make_callable
+`compare(...)` (also `lmlab.compare_objectives(...)`) runs a comparison as `lmlab compare`
+does."""
 
 
 def compare(objectives, budget, **options):
-    """`lmlab.compare("mlm,clm", budget="1e14", data="data/mine", seeds=3,
+    """`lmlab.compare_objectives("mlm,clm", budget="1e14", data="data/mine", seeds=3,
     probes=["sst2=classify:train.tsv:dev.tsv"], pairs=["blimp/"])`: pre-train, score and
     judge every objective (every option: lmlab.compare.design.CompareConfig). Returns the
     Comparison: its analysis (table rows, verdicts, crossovers) and its record."""
@@ -16,5 +15,3 @@ def compare(objectives, budget, **options):
     progress = options.pop("progress", True)
     return run_comparison(CompareConfig.of(objectives, budget=str(budget), **options), progress)
 
-
-make_callable(__name__, compare)

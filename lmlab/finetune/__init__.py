@@ -1,17 +1,15 @@
 """Fine-tuning a run on a labelled task: classify, pairs, regress, qa, ner.
 
-The package is callable: `lmlab.finetune(...)` fine-tunes as `lmlab finetune` does."""
+`finetune(...)` (also `lmlab.fine_tune(...)`) fine-tunes as `lmlab finetune` does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lmlab.callable_package import make_callable
-
 
 def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Path:
     """Fine-tune the run at `run` as `lmlab finetune` does, from a config file and/or its
-    fields by name, e.g. `lmlab.finetune("runs/mlm", task="classify", train="train.tsv",
+    fields by name, e.g. `lmlab.fine_tune("runs/mlm", task="classify", train="train.tsv",
     validation="dev.tsv")`. Returns the fine-tuned run directory."""
     from lmlab.config.parsing import resolve_config
     from lmlab.finetune.config import FinetuneConfig
@@ -20,5 +18,3 @@ def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Pat
     cfg = resolve_config(Path(config) if config is not None else None, fields, FinetuneConfig)
     return finetune_run(run, cfg)
 
-
-make_callable(__name__, finetune)
