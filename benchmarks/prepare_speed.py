@@ -7,9 +7,11 @@ re-deals the corpus's sentences (seeded shuffle) into new documents with the ori
 sentence counts: real sentences, but documents that are neither exact nor near duplicates.
 
     throughput   end-to-end prepare with a given tokenizer (read, NFC, control characters,
-                 exact and near dedup, split, encode, sentence offsets, write) against raw
+                 exact and near dedup, split, encode, sentence offsets, write), in one
+                 process (workers=1) and with a worker per core (the default), against raw
                  `Tokenizer.encode_batch` of the same text, same chunks, same tokenizer, same
-                 cores; and prepare training its own tokenizer
+                 cores: wall time, CPU time (worker processes included) over wall time, and
+                 tokens per second; and prepare training its own tokenizer
     memory       peak RSS of prepare and of the reading side (300 batches of 32 x 128) for
                  1x (2.5 MB) and 20x (50 MB) input: the peak during the work (VmHWM reset
                  after the imports) and the whole process's peak
@@ -19,6 +21,7 @@ Every measurement runs in its own process, so its peak RSS is its own. Timings a
 between the contenders and report the median of the repeats.
 
     python benchmarks/prepare_speed.py             # about 10 minutes on 2 cores
+    python benchmarks/prepare_speed.py --mb 20     # a smaller corpus (results say its size)
     python benchmarks/prepare_speed.py --quick     # a smoke run on small inputs
 """
 
@@ -95,9 +98,10 @@ def write_corpus(path: Path, target_bytes: int) -> dict:
 
 
 def cpu_seconds() -> float:
-    """User and system time of this process, every thread included."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """User and system time of this process, every thread included, and of its finished
+    child processes (prepare's workers)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def begin() -> tuple[float, float]:
@@ -132,7 +136,8 @@ def child(task: str, args: dict) -> dict:
     elif task == "prepare":
         shutil.rmtree(args["out"], ignore_errors=True)
         start, cpu_before = begin()
-        lmlab.data.prepare([args["corpus"]], args["out"], **args["recipe"])
+        lmlab.data.prepare([args["corpus"]], args["out"], workers=args.get("workers"),
+                           **args["recipe"])
         result = {"seconds": time.perf_counter() - start}
         meta = json.loads((Path(args["out"]) / "meta.json").read_text())
         result["tokens"] = sum(s["tokens"] for s in meta["splits"].values())
@@ -164,6 +169,8 @@ def child(task: str, args: dict) -> dict:
     result["cpu_seconds"] = cpu_seconds() - cpu_before
     result["work_peak_rss_mb"] = work_peak_rss_mb()
     result["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["largest_child_peak_rss_mb"] = \
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return result
 
 
@@ -197,14 +204,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mb", type=float, default=50.0, help="corpus size in MB of text")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         print(json.dumps(child(options.child[0], json.loads(options.child[1]))))
         return
-    scale = 0.2 if options.quick else 1.0
+    scale = 0.2 if options.quick else options.mb / 50
     work = Path(tempfile.mkdtemp(prefix="prepare-speed-"))
-    results: dict = {"machine": machine(), "load_average_at_start": os.getloadavg()}
+    # other work on the machine takes cores from every contender: a run under `nice -n -20`
+    # measures what prepare itself keeps busy, and says so here
+    results: dict = {"machine": machine(), "niceness": os.nice(0),
+                     "load_average_at_start": os.getloadavg()}
     results["load_average_at_end"] = None
     try:
         big = write_corpus(work / "big.jsonl", int(50e6 * scale))
@@ -216,10 +227,12 @@ def main() -> None:
                           recipe={"validation_fraction": 0.1})
         tokenizer = str(work / "trained" / "tokenizer.json")
         given = {"tokenizer": tokenizer, "validation_fraction": 0.1}
-        runs: dict[str, list] = {"raw_encode": [], "prepare": []}
+        runs: dict[str, list] = {"raw_encode": [], "prepare_one_process": [], "prepare": []}
         for _ in range(options.repeats):
             runs["raw_encode"].append(measure("raw_encode", corpus=big["path"],
                                               tokenizer=tokenizer))
+            runs["prepare_one_process"].append(measure(
+                "prepare", corpus=big["path"], out=str(work / "given"), recipe=given, workers=1))
             runs["prepare"].append(measure("prepare", corpus=big["path"],
                                            out=str(work / "given"), recipe=given))
         mb = big["text_bytes"] / 1e6
@@ -241,11 +254,18 @@ def main() -> None:
             # cores both keep busy would show.
             "cpu_seconds_raw_encode": cpu["raw_encode"], "cpu_seconds_prepare": cpu["prepare"],
             "cpu_ratio": cpu["raw_encode"] / cpu["prepare"],
+            "prepare_one_process_mb_per_s": speed["prepare_one_process"],
+            "cpu_seconds_prepare_one_process": cpu["prepare_one_process"],
+            # CPU time over wall time: 2 on 2 cores kept busy
+            "cpu_over_wall": {name: statistics.median(r["cpu_seconds"] / r["seconds"]
+                                                      for r in rs) for name, rs in runs.items()},
+            "tokens_per_s": {name: statistics.median(r["tokens"] / r["seconds"] for r in rs)
+                             for name, rs in runs.items()},
             "prepare_training_bpe_8192_mb_per_s": mb / trained["seconds"],
             "runs": runs, "training_run": trained,
         }
         print(json.dumps({k: v for k, v in results["throughput"].items()
-                          if not isinstance(v, dict | list)}, indent=1))
+                          if k not in ("runs", "training_run")}, indent=1))
 
         memory = {}
         for size, corpus in (("1x", small), ("20x", big)):

@@ -48,7 +48,7 @@ SURFACE = {
                 "--near-dedup-threshold", "--no-exact-dedup", "--no-near-dedup",
                 "--normalisation", "--out", "--quality-filter", "--recipe", "--seed",
                 "--sentence-split", "--sentinels", "--strict", "--text-field", "--tokenizer",
-                "--validation-fraction", "--vocab-size"],
+                "--validation-fraction", "--vocab-size", "--workers"],
     "pretrain": ["--activation-checkpointing", "--batch-size", "--beta2", "--checkpoint-every",
                  "--compile", "--config", "--data", "--distributed", "--eval-batches",
                  "--eval-every", "--grad-clip",

@@ -27,6 +27,10 @@ def add_prepare_command(commands) -> None:
                         "up- or down-sampling; none = the built-in corpus")
     parser.add_argument("--out", type=Path, required=True, help="the dataset directory")
     parser.add_argument("--recipe", type=Path, help="a YAML or TOML file of recipe fields")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="processes cleaning and encoding side by side (the dataset is "
+                             "the same for any number); default: one per core for inputs of "
+                             "4 MB or more, else one")
     reading = parser.add_argument_group("reading")
     reading.add_argument("--text-field", help="JSON field or CSV/TSV/Parquet column "
                          "(default: text)")
@@ -76,7 +80,8 @@ def prepare_command(args: argparse.Namespace) -> int:
         fields["near_dedup_threshold"] = None
     if "tokenizer" in fields and Path(fields["tokenizer"]).is_dir():
         fields = {"sentinels": 0, **fields, **run_tokenizer(Path(fields["tokenizer"]))}
-    out = prepare(args.sources or None, args.out, recipe_file=args.recipe, **fields)
+    out = prepare(args.sources or None, args.out, recipe_file=args.recipe,
+                  workers=args.workers, **fields)
     print(f"dataset ready in {out} (statistics in {out / 'stats.txt'})")
     note = invalid_utf8_note(json.loads((out / "meta.json").read_text())["reading"])
     if note:

@@ -221,60 +221,105 @@ def quality_rejection(text: str, limits: QualityThresholds) -> str | None:
 # ---------------------------------------------------------------- the pipeline
 
 
+@dataclass(frozen=True)
+class Examined:
+    """A document after the steps that need no other document: its cleaned text (None when
+    nothing is left), whether normalisation and control stripping changed it, its digest for
+    exact dedup and the first quality rule it fails."""
+
+    text: str | None
+    normalised: bool = False
+    control_stripped: bool = False
+    digest: bytes | None = None
+    rejection: str | None = None
+
+
+def examine(text: str, config: CleaningConfig) -> Examined:
+    normalised = normalise(text, config.normalisation)
+    changed = normalised != text
+    stripped = False
+    if config.strip_control:
+        without = strip_control(normalised)
+        stripped, normalised = without != normalised, without
+    cleaned = normalised.strip()
+    if not cleaned:
+        return Examined(None, changed, stripped)
+    return Examined(cleaned, changed, stripped,
+                    document_digest(cleaned) if config.exact_dedup else None,
+                    quality_rejection(cleaned, config.quality) if config.quality else None)
+
+
+class Cleaner:
+    """The steps that depend on the documents before: exact and near dedup, in the order the
+    documents come, counted into `report`. Examining documents (and hashing them for near
+    dedup) may happen elsewhere, in any order: the decisions are the same."""
+
+    def __init__(self, config: CleaningConfig, report: CleaningReport) -> None:
+        self.report = report
+        self.digests: set[bytes] | None = set() if config.exact_dedup else None
+        self.near = NearDeduplicator(config.near_dedup) if config.near_dedup else None
+
+    def admit(self, document: Examined) -> bool:
+        """Count `document`; True when it goes on to near dedup."""
+        report = self.report
+        report.documents_in += 1
+        report.normalised_changed += document.normalised
+        report.control_stripped += document.control_stripped
+        if document.text is None:
+            report.empty += 1
+            return False
+        if self.digests is not None:
+            if document.digest in self.digests:
+                report.exact_duplicates += 1
+                return False
+            self.digests.add(document.digest)
+        if document.rejection is not None:
+            report.quality_rejected[document.rejection] += 1
+            return False
+        return True
+
+    def kept(self, texts: list[str], band_keys: list[list[bytes]] | None = None
+             ) -> Iterator[str]:
+        """The admitted `texts` that are not near-duplicates (their band keys: computed here
+        when not given)."""
+        if self.near is None:
+            keep = np.ones(len(texts), dtype=bool)
+        else:
+            keep = self.near.keep_keys(self.near.band_keys(texts) if band_keys is None
+                                       else band_keys)
+        self.report.near_duplicates += int((~keep).sum())
+        self.report.documents_out += int(keep.sum())
+        yield from (text for text, kept in zip(texts, keep, strict=True) if kept)
+
+    def finish(self) -> None:
+        """Training on nothing is never intended: DataError when nothing is left."""
+        report = self.report
+        if report.documents_out == 0:
+            steps = ", ".join(f"{row['step']} {row['in']}→{row['out']}"
+                              for row in report.steps())
+            raise DataError(f"no documents left after cleaning ({report.documents_in} in; "
+                            f"{steps})")
+
+
 def clean(documents: Iterable[str], config: CleaningConfig = CleaningConfig(),
           report: CleaningReport | None = None) -> Iterator[str]:
-    """Stream the cleaned documents, counting into `report`.
+    """Stream the cleaned documents, counting into `report`; near-duplicates are hashed a
+    batch at a time (NEAR_DEDUP_BATCH documents or NEAR_DEDUP_BATCH_CHARS characters).
 
-    Raises DataError at the end if nothing is left: training on nothing is never intended.
+    Raises DataError at the end if nothing is left.
     """
-    report = CleaningReport() if report is None else report
-    digests: set[bytes] | None = set() if config.exact_dedup else None
-    near = NearDeduplicator(config.near_dedup) if config.near_dedup else None
+    cleaner = Cleaner(config, CleaningReport() if report is None else report)
     pending: list[str] = []
     pending_chars = 0
-
-    def flush() -> Iterator[str]:
-        for text, kept in zip(pending, near.keep(pending), strict=True):
-            report.near_duplicates += not kept
-            report.documents_out += bool(kept)
-            if kept:
-                yield text
-        pending.clear()
-
     for text in documents:
-        report.documents_in += 1
-        normalised = normalise(text, config.normalisation)
-        report.normalised_changed += normalised != text
-        if config.strip_control:
-            stripped = strip_control(normalised)
-            report.control_stripped += stripped != normalised
-            normalised = stripped
-        text = normalised.strip()
-        if not text:
-            report.empty += 1
+        document = examine(text, config)
+        if not cleaner.admit(document):
             continue
-        if digests is not None:
-            digest = document_digest(text)
-            if digest in digests:
-                report.exact_duplicates += 1
-                continue
-            digests.add(digest)
-        if config.quality is not None:
-            rejection = quality_rejection(text, config.quality)
-            if rejection:
-                report.quality_rejected[rejection] += 1
-                continue
-        if near is None:
-            report.documents_out += 1
-            yield text
-            continue
-        pending.append(text)
-        pending_chars += len(text)
-        if len(pending) == NEAR_DEDUP_BATCH or pending_chars >= NEAR_DEDUP_BATCH_CHARS:
-            yield from flush()
-            pending_chars = 0
-    if pending:
-        yield from flush()
-    if report.documents_out == 0:
-        steps = ", ".join(f"{row['step']} {row['in']}→{row['out']}" for row in report.steps())
-        raise DataError(f"no documents left after cleaning ({report.documents_in} in; {steps})")
+        pending.append(document.text)
+        pending_chars += len(document.text)
+        if cleaner.near is None or len(pending) == NEAR_DEDUP_BATCH or \
+                pending_chars >= NEAR_DEDUP_BATCH_CHARS:
+            yield from cleaner.kept(pending)
+            pending, pending_chars = [], 0
+    yield from cleaner.kept(pending)
+    cleaner.finish()

@@ -109,11 +109,19 @@ class NearDeduplicator:
 
     def keep(self, texts: list[str]) -> np.ndarray:
         """A bool per document, in order: True where it is not a near-duplicate."""
-        signatures = self.hasher.signatures(texts)
-        keep = np.ones(len(texts), dtype=bool)
-        for index, signature in enumerate(signatures):
-            keys = [hashlib.blake2b(band.tobytes(), digest_size=8).digest() for band in
-                    signature[: self.bands * self.rows].reshape(self.bands, self.rows)]
+        return self.keep_keys(self.band_keys(texts))
+
+    def band_keys(self, texts: list[str]) -> list[list[bytes]]:
+        """Each document's LSH band keys: the work that needs no other document, so that
+        processes can share it (keep_keys then decides in order)."""
+        return [[hashlib.blake2b(band.tobytes(), digest_size=8).digest() for band in
+                 signature[: self.bands * self.rows].reshape(self.bands, self.rows)]
+                for signature in self.hasher.signatures(texts)]
+
+    def keep_keys(self, band_keys: list[list[bytes]]) -> np.ndarray:
+        """`keep` from the documents' band keys."""
+        keep = np.ones(len(band_keys), dtype=bool)
+        for index, keys in enumerate(band_keys):
             if any(key in seen for key, seen in zip(keys, self.seen, strict=True)):
                 keep[index] = False
                 continue

@@ -37,23 +37,22 @@ import os
 import platform
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import tokenizers
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 from lmlab.atomic import make_directory, staging_directory
 from lmlab.cache import only_one_process
-from lmlab.data.cleaning import CleaningReport, clean, split_of
+from lmlab.data.cleaning import CleaningReport, split_of
 from lmlab.data.errors import DataError
 from lmlab.data.mixing import MixedSource, mix, parse_source, plan_mix, realised_shares
+from lmlab.data.parallel import Workers, worker_count
 from lmlab.data.readers import ReadStats, read_sources, source_files
 from lmlab.data.recipe import Recipe, make_recipe
-from lmlab.data.sentences import sentence_starts, token_starts
 from lmlab.data.shards import TokenWriter, pack_documents
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.stats import TokenStats, format_report, token_summary
@@ -78,12 +77,15 @@ class _Group:
 
 
 def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
-            recipe_file: str | Path | None = None, **fields) -> Path:
+            recipe_file: str | Path | None = None, workers: int | None = None,
+            **fields) -> Path:
     """`lmlab prepare SOURCE... --out DIR` in Python; returns the dataset directory.
 
     `sources` are files, directories or globs, each optionally `:WEIGHT`; None takes them
     from the recipe file, and none at all means the built-in corpus. Keyword arguments are
     Recipe fields (`tokenizer="wordpiece"`, `vocab_size=16000`, `near_dedup_threshold=None`).
+    `workers` processes clean and encode side by side (parallel.py; the dataset is the same
+    for any number); None: every core for inputs of a few MB or more.
     """
     if sources is not None:
         fields["sources"] = [sources] if isinstance(sources, str | Path) else list(sources)
@@ -93,7 +95,7 @@ def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
 
         group = _Group("builtin", lambda stats: _counted(builtin_documents(), stats))
         return _prepare([group], Path(out), recipe, [{"builtin": platform.python_version()}],
-                        None)
+                        None, worker_count(workers, None))
     specs = [parse_source(source) for source in recipe.sources]
     files = [source_files(spec.pattern) for spec in specs]  # a missing path fails here
     weighted = [spec.weight is not None for spec in specs]
@@ -115,7 +117,8 @@ def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
         paths.append(Path(recipe.tokenizer))
     inputs = [{"path": str(p), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
               for p in paths]
-    return _prepare(groups, Path(out), recipe, inputs, input_bytes)
+    return _prepare(groups, Path(out), recipe, inputs, input_bytes,
+                    worker_count(workers, input_bytes))
 
 
 def prepare_documents(documents: Iterable[str], out: str | Path, *,
@@ -143,7 +146,7 @@ def _counted(documents: Iterable[str], stats: ReadStats) -> Iterator[str]:
 
 
 def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
-             input_bytes: int | None) -> Path:
+             input_bytes: int | None, workers: int = 1) -> Path:
     make_directory(out.parent)
     # two runs started together on the built-in corpus: one prepares it, the other waits
     with only_one_process(out, f"waiting for another process preparing {out}"):
@@ -154,15 +157,17 @@ def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict]
             raise DataError(f"{out} holds something that is not an lmlab dataset; choose "
                             "another --out or empty it")
         _remove_abandoned(out)
-        return _build_into(groups, out, recipe, inputs, input_bytes)
+        return _build_into(groups, out, recipe, inputs, input_bytes, workers)
 
 
 def _build_into(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
-                input_bytes: int | None) -> Path:
+                input_bytes: int | None, workers: int) -> Path:
     work = staging_directory(out, prefix=f"{_partial_prefix(out)}{os.getpid()}-")
     try:
+        with Workers(workers) as pool:
+            built = _build(groups, recipe, work, input_bytes, pool)
         meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
-                "inputs": inputs, **_build(groups, recipe, work, input_bytes)}
+                "inputs": inputs, **built}
         (work / "stats.txt").write_text(format_report(meta), encoding="utf-8")
         (work / "meta.json").write_text(json.dumps(meta, indent=2))  # last: marks it complete
         if out.exists():
@@ -223,10 +228,11 @@ def _versions() -> dict:
 # ---------------------------------------------------------------- the steps
 
 
-def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | None) -> dict:
+def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | None,
+           workers: Workers) -> dict:
     reading = ReadStats()
     reports = [CleaningReport() for _ in groups]
-    cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1)
+    cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1, workers)
                for group, report in zip(groups, reports, strict=True)]
     weighted = groups[0].weight is not None
     plan = None
@@ -237,7 +243,7 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
         tokenizer = _given_tokenizer(recipe)
         chunks = in_background(chunked(chain.from_iterable(cleaned)))
         encode_bytes = input_bytes
-    splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes)
+    splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes, workers)
     for spill in work.glob("cleaned-*.jsonl"):
         spill.unlink()
     tokenizer.save(str(work / "tokenizer.json"))
@@ -294,9 +300,9 @@ def _through_spills(groups: list[_Group], cleaned: list[Iterator[str]], recipe: 
 
 
 def _cleaned(group: _Group, recipe: Recipe, reading: ReadStats, report: CleaningReport,
-             name_it: bool) -> Iterator[str]:
+             name_it: bool, workers: Workers) -> Iterator[str]:
     try:
-        yield from clean(group.documents(reading), recipe.cleaning(), report)
+        yield from workers.clean(group.documents(reading), recipe.cleaning(), report)
     except DataError as error:
         if not name_it:
             raise
@@ -351,49 +357,30 @@ def document_end(special: SpecialTokens) -> int:
 
 
 def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
-            total_bytes: float | None) -> tuple[dict, list[TokenStats]]:
-    """Encode chunk by chunk into both splits; each document's split from its hash."""
+            total_bytes: float | None, workers: Workers) -> tuple[dict, list[TokenStats]]:
+    """Encode chunk by chunk (by `workers`) into both splits; each document's split from its
+    hash."""
     end = document_end(special_tokens_of(tokenizer, names=recipe.special_tokens))
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     writers = {split: TokenWriter(work, split, vocab_size) for split in SPLITS}
     stats = {split: TokenStats(vocab_size) for split in SPLITS}
     sizes = dict.fromkeys(SPLITS, 0)
     with Progress("encode", int(total_bytes) if total_bytes else None) as progress:
-        for chunk, encodings in _encoded_ahead(chunks, tokenizer):
-            routed: dict[str, list] = {split: [] for split in SPLITS}
-            chunk_bytes = 0
-            for text, encoding in zip(chunk, encodings, strict=True):
-                split = split_of(text, recipe.validation_fraction)
-                size = len(text.encode("utf-8"))
-                sizes[split] += size
-                chunk_bytes += size
-                starts = token_starts(encoding, sentence_starts(text, recipe.sentence_split))
-                routed[split].append((encoding.ids, starts))
-            for split, documents in routed.items():
+        for encoded in workers.encoded(chunks, tokenizer, recipe.validation_fraction,
+                                       recipe.sentence_split):
+            for split in SPLITS:
+                documents = [document for document in encoded if document.split == split]
                 if documents:
-                    ids, starts = zip(*documents, strict=True)
-                    flat = pack_documents(ids, end, writers[split].dtype)
-                    lengths = np.fromiter((len(i) + 1 for i in ids), np.int64, len(ids))
-                    writers[split].add(flat, lengths, starts)
+                    sizes[split] += sum(document.size for document in documents)
+                    flat = pack_documents([d.ids for d in documents], end,
+                                          writers[split].dtype)
+                    lengths = np.fromiter((len(d.ids) + 1 for d in documents), np.int64,
+                                          len(documents))
+                    writers[split].add(flat, lengths, [d.starts for d in documents])
                     stats[split].add(flat, lengths)
-            progress.update(len(chunk), chunk_bytes)
+            progress.update(len(encoded), sum(document.size for document in encoded))
     splits = {split: {**writers[split].close(), "bytes": sizes[split]} for split in SPLITS}
     return splits, list(stats.values())
-
-
-def _encoded_ahead(chunks: Iterable[list[str]], tokenizer: Tokenizer
-                   ) -> Iterator[tuple[list[str], list[Encoding]]]:
-    """(chunk, its encodings), the next chunk already encoding in the tokenizer's threads
-    while the caller turns this one into token arrays and sentence offsets."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        previous = None
-        for chunk in chunks:
-            future = pool.submit(tokenizer.encode_batch, chunk, add_special_tokens=False)
-            if previous is not None:
-                yield previous[0], previous[1].result()
-            previous = chunk, future
-        if previous is not None:
-            yield previous[0], previous[1].result()
 
 
 def _combined(reports: list[CleaningReport]) -> CleaningReport:
