@@ -117,7 +117,8 @@ def test_an_lmlab_run_continues_from_its_weights(source, toy, tmp_path, monkeypa
     loaded = load_run(out)
     assert set(loaded.model.heads) == {"lm", "mlm"}
     assert (out / "tokenizer.json").read_text() == (source / "tokenizer.json").read_text()
-    assert "continued from" in summary(out, toy, TrainConfig(init=str(source)))
+    assert f"continued from {source} (step-00000002, weights SHA-256 " in summary(
+        out, toy, TrainConfig(init=str(source)))
     (served,) = RunTable.load([out]).describe()["runs"]
     assert served["init"] == saved["init"]
 

@@ -166,7 +166,7 @@ def _lineage_lines(out: Path) -> list[str]:
         return [f"(the run's source could not be read: {_first_line(error)})"]
     if init is None:
         return []
-    source = os.path.relpath(os.path.normpath(out / init.run))
+    source = os.path.normpath(out / init.run)  # as the run's own path was given
     return [f"continued from {source} ({init.checkpoint}, weights SHA-256 "
             f"{init.weights_sha256[:12]}…)"]
 
