@@ -11,7 +11,7 @@ here. Tiny config, jittered random weights, no downloads; batches come from the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -19,10 +19,8 @@ import torch
 from lmlab.export import from_hf_state_dict, hf_config, to_hf_state_dict
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Words, first_pieces
-from lmlab.finetune.ner_task import NERTask
-from lmlab.finetune.qa_task import QATask
-from lmlab.finetune.sequence_tasks import ClassifyTask, RegressTask
 from lmlab.finetune.task import Reading, Row, Task
+from lmlab.finetune.tasks import make_task
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
@@ -35,6 +33,10 @@ FINETUNE = FinetuneConfig(train="train.tsv", validation="validation.tsv")
 READING = Reading("bidirectional", "cls")  # BERT's [CLS] pooling, at position 0
 TOLERANCE = dict(atol=1e-5, rtol=0.0)
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def task(name: str, labels: list[str] | None = None) -> Task:
+    return make_task(replace(FINETUNE, task=name), labels)
 
 
 def text(length: int, generator: torch.Generator) -> list[int]:
@@ -94,14 +96,14 @@ class Case:
 
 
 CASES = {
-    "classify": Case("BertForSequenceClassification", ClassifyTask(FINETUNE, ["a", "b", "c"]),
+    "classify": Case("BertForSequenceClassification", task("classify", ["a", "b", "c"]),
                      lambda: pair_rows([2, 0, 1]), dict(num_labels=3)),
-    "regress": Case("BertForSequenceClassification", RegressTask(FINETUNE),
+    "regress": Case("BertForSequenceClassification", task("regress"),
                     lambda: pair_rows([0.5, -1.25, 3.0]),
                     dict(num_labels=1, problem_type="regression")),
-    "ner": Case("BertForTokenClassification", NERTask(FINETUNE, TAGS), ner_rows,
+    "ner": Case("BertForTokenClassification", task("ner", TAGS), ner_rows,
                 dict(num_labels=len(TAGS))),
-    "qa": Case("BertForQuestionAnswering", QATask(FINETUNE), qa_rows, {}),
+    "qa": Case("BertForQuestionAnswering", task("qa"), qa_rows, {}),
 }
 
 

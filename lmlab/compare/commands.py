@@ -12,6 +12,7 @@ from lmlab.compare.design import MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
+from lmlab.finetune.traits import TASKS
 from lmlab.presets import FAMILIES, SIZES
 from lmlab.train.config import TrainConfig
 
@@ -91,7 +92,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                         help="compute precision of pre-training and probes")
     parser.add_argument("--probe", action="append", default=[], dest="probes",
                         metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
-                        help="a fine-tuning probe (task: classify, pairs, regress, qa, ner), "
+                        help=f"a fine-tuning probe (task: {', '.join(TASKS)}), "
                              "or NAME=FILE.yaml, an lmlab finetune config file for columns "
                              "and splits; repeat for several")
     parser.add_argument("--probe-seeds", type=int, default=1,

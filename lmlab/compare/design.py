@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from lmlab.finetune.traits import TASKS
+
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
     from lmlab.data.dataset import Dataset
 
@@ -23,7 +25,6 @@ Match = Literal["flops", "tokens", "steps", "time"]
 MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
 BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps": "steps",
                 "time": "minutes"}
-FINETUNE_TASKS = ("classify", "pairs", "regress", "qa", "ner")
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ class Probe:
         if not 3 <= len(parts) <= 4:
             raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST] or "
                              f"NAME=CONFIG.yaml, e.g. sst2=classify:train.tsv:dev.tsv")
-        if parts[0] not in FINETUNE_TASKS:
+        if parts[0] not in TASKS:
             raise ValueError(f"probe {name}: unknown task {parts[0]!r}; choose from "
-                             f"{', '.join(FINETUNE_TASKS)}")
+                             f"{', '.join(TASKS)}")
         probe = cls(name, *parts)
         probe._check_files()
         return probe

@@ -36,8 +36,13 @@ def lmlab_outputs(run: Run, target: Target, ids: Tensor, attention_mask: Tensor)
     real = attention_mask.bool()
     if not target.heads:
         return outputs["hidden"].cpu()[real].flatten()
-    return torch.cat([(outputs[h].cpu() if h in ("classify", "nsp") else outputs[h].cpu()[real])
-                      .flatten() for h in target.heads])
+    return torch.cat([_real(outputs[h].cpu(), real).flatten() for h in target.heads])
+
+
+def _real(output: Tensor, real: Tensor) -> Tensor:
+    """A head's output at the real tokens when it has one per token (B, T, n); a head's one
+    output per row (B, n) whole."""
+    return output[real] if output.dim() == 3 else output
 
 
 @torch.no_grad()

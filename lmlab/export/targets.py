@@ -1,8 +1,9 @@
 """Which Hugging Face class a run exports to, or why none reproduces it exactly.
 
-The family (bert, gpt2, modern) fixes the HF architecture; the heads fix the class; the way
-the model reads (its objective's attention, a fine-tuned run's attention and pooling) must be
-the one that class computes with, or the exported model would give other answers.
+The family (bert, gpt2, modern) fixes the HF architecture; the heads of a pre-trained run, or
+the traits of a fine-tuned run's task, fix the class; the way the model reads (its objective's
+attention, a fine-tuned run's attention and pooling) must be the one that class computes with,
+or the exported model would give other answers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmlab.export.hf import family_of
+from lmlab.finetune.traits import TASKS
 from lmlab.runs import Run
+from lmlab.runs.schema import RunTask
 
 
 class ExportError(ValueError):
@@ -29,14 +32,12 @@ class Target:
         return self.family != "bert"
 
 
-# (family, heads) → class. Heads are sorted so the key ignores their order.
+# A pre-trained run's (family, heads) → class; heads are sorted so the key ignores their order.
+# A fine-tuned run's class is its task's (lmlab.finetune.traits).
 CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
     ("bert", ()): "BertModel",
     ("bert", ("mlm",)): "BertForMaskedLM",
     ("bert", ("mlm", "nsp")): "BertForPreTraining",
-    ("bert", ("classify",)): "BertForSequenceClassification",
-    ("bert", ("tag",)): "BertForTokenClassification",
-    ("bert", ("span",)): "BertForQuestionAnswering",
     ("gpt2", ()): "GPT2Model",
     ("gpt2", ("lm",)): "GPT2LMHeadModel",
     ("modern", ()): "LlamaModel",
@@ -56,16 +57,24 @@ def export_target(run: Run) -> Target:
                           "classes always tie them (pre-train with tied embeddings to export)")
     _check_reading(run, family)
     heads = tuple(sorted(run.model.heads))
+    if run.task is not None:
+        return Target(family, _task_class(run.task, family), heads, _task_config(run.task))
     if (family, heads) not in CLASSES:
         raise ExportError(_no_class(family, heads))
-    return Target(family, CLASSES[family, heads], heads, _task_config(run))
+    return Target(family, CLASSES[family, heads], heads)
+
+
+def _task_class(task: RunTask, family: str) -> str:
+    classes = TASKS[task.name].hf_classes
+    if family not in classes:
+        raise ExportError(f"Hugging Face has no {family} class for the {task.name} task; runs "
+                          f"fine-tuned for it export from the {' or '.join(classes)} family")
+    return classes[family]
 
 
 def _no_class(family: str, heads: tuple[str, ...]) -> str:
     offered = sorted(" + ".join(h) or "no head" for fam, h in CLASSES if fam == family)
-    hint = (" (fine-tuned heads export from the bert family)"
-            if family != "bert" and {"classify", "tag", "span"} & set(heads) else "")
-    return (f"Hugging Face has no {family} class with the heads {' + '.join(heads)}{hint}; "
+    return (f"Hugging Face has no {family} class with the heads {' + '.join(heads)}; "
             f"the {family} family exports runs with {', '.join(offered)}")
 
 
@@ -98,16 +107,14 @@ def _check_reading(run: Run, family: str) -> None:
                           "left to right only (pre-train with clm to export)")
 
 
-def _task_config(run: Run) -> dict:
-    """config.json fields of a fine-tuned head: labels, and the loss HF should train with."""
-    task = run.task
-    if task is None or task.name == "qa":
-        return {}
-    if task.name == "regress":
-        return {"num_labels": 1, "problem_type": "regression"}
-    labels = task.labels
-    extra = {"id2label": dict(enumerate(labels)),
-             "label2id": {label: index for index, label in enumerate(labels)}}
-    if task.name != "ner":
-        extra["problem_type"] = "single_label_classification"
+def _task_config(task: RunTask) -> dict:
+    """config.json fields of a fine-tuned head: its labels (else the outputs of a head without
+    label names), and the loss HF should train it with."""
+    problem = TASKS[task.name].hf_problem_type
+    extra = {} if problem is None else {"problem_type": problem}
+    if task.labels:
+        extra["id2label"] = dict(enumerate(task.labels))
+        extra["label2id"] = {label: index for index, label in enumerate(task.labels)}
+    elif "num_labels" in task.head_options:
+        extra["num_labels"] = task.head_options["num_labels"]
     return extra

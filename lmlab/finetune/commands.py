@@ -10,15 +10,16 @@ from lmlab.command_line import add_command, add_run_arguments, check_input_file,
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.traits import TASKS
 
 
 def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
     parser = add_command(
         commands, "finetune", help="fine-tune a run on a labelled task",
         handler=finetune_command,
-        description="Fine-tune a pre-trained run (any objective) on classify, pairs, regress, "
-                    "qa or ner data; the best checkpoint by the task's main metric is kept and "
-                    "scored on --test. Options override a --config file.")
+        description=f"Fine-tune a pre-trained run (any objective) on {', '.join(TASKS)} "
+                    "data; the best checkpoint by the task's main metric is kept and scored on "
+                    "--test. Options override a --config file.")
     parser.add_argument("run_dir", type=Path, metavar="RUN",
                         help="a run directory written by lmlab pretrain or lmlab import")
     parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
@@ -51,6 +52,7 @@ def finetune_command(args: argparse.Namespace) -> int:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    from lmlab.finetune.formats import example_files
     from lmlab.finetune.predict import fine_tuned_task, predict
     from lmlab.runs.run import load_run
 
@@ -58,7 +60,7 @@ def predict_command(args: argparse.Namespace) -> int:
         check_input_file(args.file)
     run = load_run(args.run_dir, args.checkpoint, args.device)
     task_file = (args.file is not None and not args.texts
-                 and fine_tuned_task(run)[0].in_task_format(args.file))
+                 and example_files(fine_tuned_task(run)[1]).holds(args.file))
     texts = None if task_file else read_texts(args.texts, args.file)
     found = predict(run, texts, args.file if task_file else None, args.all_scores,
                     args.batch_size)

@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
+from lmlab.finetune.traits import TASKS, task_help
 from lmlab.train.config import LoopConfig
 
-TaskName = Literal["classify", "pairs", "regress", "qa", "ner"]
+TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 
 
 @dataclass(frozen=True)
 class FinetuneConfig(LoopConfig):
-    task: TaskName = documented("classify", "what to learn: classify (text → label), pairs "
-                                            "(two texts → label), regress (text(s) → number), "
-                                            "qa (SQuAD JSON → answer span), ner (CoNLL → tags)")
+    task: TaskName = documented("classify", f"what to learn: {task_help()}")
     train: str | None = documented(None, "training file (TSV/CSV/JSONL, SQuAD JSON or CoNLL)")
     validation: str | None = documented(None, "validation file, scored every epoch")
     test: str | None = documented(None, "test file, scored once with the best checkpoint")

@@ -14,13 +14,7 @@ import torch.nn.functional as F
 from lmlab.atomic import atomic_write
 from lmlab.finetune.encoding import Encoder, Words, first_pieces
 from lmlab.finetune.metrics import entity_f1_items, entity_metrics, entity_spans
-from lmlab.finetune.readers import (
-    TaggedSentence,
-    check_tags_known,
-    is_conll,
-    label_names,
-    read_conll,
-)
+from lmlab.finetune.readers import TaggedSentence
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.selectors import Positions
@@ -45,27 +39,6 @@ def continuation_tag(tag: str, labels: Sequence[str]) -> str:
 
 
 class NERTask(Task):
-    name = "ner"
-    head = "tag"
-    main_metric = "f1"
-
-    def read(self, path, where=None, need_targets=True) -> list[TaggedSentence] | list[Words]:
-        sentences = read_conll(path)
-        # Without targets, only the words: tags training never saw must not matter.
-        return sentences if need_targets else [Words.joined(s.words) for s in sentences]
-
-    def in_task_format(self, path) -> bool:
-        return is_conll(path)
-
-    def label_names(self, examples: Sequence[TaggedSentence]) -> list[str]:
-        return label_names(tag for sentence in examples for tag in sentence.tags)
-
-    def check_known(self, examples, path) -> None:
-        check_tags_known(examples, self.labels, path)
-
-    def examples_from_texts(self, texts: Sequence[str]) -> list[Words]:
-        return [Words.of_text(text) for text in texts]
-
     def encode(self, examples, encoder: Encoder, training: bool) -> list[Row]:
         rows = []
         for index, example in enumerate(examples):

@@ -10,6 +10,7 @@ from pathlib import Path
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.evaluate import row_outputs
+from lmlab.finetune.formats import example_files
 from lmlab.finetune.task import Reading, Task
 from lmlab.finetune.tasks import make_task
 from lmlab.runs import Run
@@ -35,8 +36,9 @@ def predict(run: Run | str | Path, texts: Sequence[str] | None = None,
     task, cfg = fine_tuned_task(run)
     if (texts is None) == (file is None):
         raise ValueError("give texts or a file, not both and not neither")
-    examples = (task.read(file, need_targets=False) if file is not None
-                else task.examples_from_texts(list(texts)))
+    files = example_files(cfg)
+    examples = (files.read(file, need_targets=False) if file is not None
+                else files.from_texts(list(texts)))
     token_types = run.model.cfg.type_vocab_size > 0
     encoder = Encoder(run.require_tokenizer(), run.special, cfg.max_len, token_types)
     rows = task.encode(examples, encoder, training=False)

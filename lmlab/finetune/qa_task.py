@@ -3,24 +3,23 @@ windows of long contexts; see qa.py for the windows and the answer search."""
 
 from __future__ import annotations
 
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
 from lmlab.data.errors import DataError
+from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import squad_f1, squad_metrics
 from lmlab.finetune.qa import Answer, QuestionTooLong, best_answer, label_window, make_windows
-from lmlab.finetune.readers import QAExample, is_squad, read_squad
+from lmlab.finetune.readers import QAExample
 from lmlab.finetune.task import Reading, Row, Task
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 
-# A question and its context typed as one command-line argument.
-CONTEXT_SEPARATOR = " ||| "
 # Padding scores this low: no softmax mass, and no answer can start or end there.
 NOT_A_POSITION = -1e4
 
@@ -32,29 +31,13 @@ def _framing_ids(encoder: Encoder) -> tuple[int | None, int | None]:
 
 
 class QATask(Task):
-    name = "qa"
-    head = "span"
-    main_metric = "f1"
-
-    def read(self, path, where=None, need_targets=True) -> list[QAExample]:
-        read = read_squad(path, strict=self.cfg.strict, need_answers=need_targets)
-        if read.skipped:
-            print(f"{path}: skipped {read.skipped} questions whose answer is not at its "
-                  "answer_start (--strict fails on them instead)", file=sys.stderr)
-        return read.examples
-
-    def in_task_format(self, path) -> bool:
-        return is_squad(path)
-
-    def examples_from_texts(self, texts: Sequence[str]) -> list[QAExample]:
-        examples = []
-        for index, text in enumerate(texts):
-            question, _, context = text.partition(CONTEXT_SEPARATOR)
-            if not context:
-                raise DataError(f"text {index + 1} needs a question and its context "
-                                f"separated by {CONTEXT_SEPARATOR.strip()!r}")
-            examples.append(QAExample(str(index), question, context, ()))
-        return examples
+    @classmethod
+    def resolved(cls, cfg: FinetuneConfig, train: Sequence[QAExample]) -> FinetuneConfig:
+        """SQuAD v2: when the training set holds unanswerable questions, answering nothing is
+        part of the task, so a null threshold (none asked for: 0) is set."""
+        if cfg.null_threshold is None and any(not example.answers for example in train):
+            return replace(cfg, null_threshold=0.0)
+        return cfg
 
     def encode(self, examples: Sequence[QAExample], encoder: Encoder,
                training: bool) -> list[Row]:

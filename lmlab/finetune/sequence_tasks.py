@@ -1,5 +1,6 @@
-"""Tasks with one prediction per text or pair of texts: classify, pairs (e.g. NLI) and
-regress (e.g. relatedness 1–5). The sequence head pools each row as the run's `Reading` says."""
+"""Tasks with one prediction per text or pair of texts: classify, and pairs (e.g. NLI), which
+differs from it only in its traits (it requires a second text), and regress (e.g. relatedness
+1–5). The sequence head pools each row as the run's `Reading` says."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lmlab.data.errors import DataError
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import (
     classification_metrics,
@@ -19,21 +19,11 @@ from lmlab.finetune.metrics import (
     pearson_items,
     regression_metrics,
 )
-from lmlab.finetune.readers import (
-    TextExample,
-    check_labels_known,
-    class_names,
-    guess_pair_column,
-    is_table,
-    read_table,
-)
+from lmlab.finetune.readers import TextExample
 from lmlab.finetune.task import Reading, Row, Task, pooling_weights
 from lmlab.model.selectors import Pooling
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
-
-# Two texts typed as one command-line argument.
-PAIR_SEPARATOR = " ||| "
 
 
 @dataclass(frozen=True)
@@ -43,35 +33,10 @@ class LabelPrediction:
 
 
 class ClassifyTask(Task):
-    """One text → one of N labels (cross-entropy on the pooled row)."""
+    """One text, or two read as `[CLS] A [SEP] B [SEP]` with token types 0 and 1 → one of N
+    labels (cross-entropy on the pooled row)."""
 
-    name = head = "classify"
-    main_metric = "accuracy"
-    numeric = False
-
-    def pair_column(self, path: str | Path) -> str | None:
-        return self.cfg.pair_column
-
-    def read(self, path, where=None, need_targets=True) -> list[TextExample]:
-        return read_table(path, self.cfg.text_column, self.pair_column(path),
-                          self.cfg.label_column, numeric_label=self.numeric, where=where,
-                          need_label=need_targets)
-
-    def in_task_format(self, path) -> bool:
-        return is_table(path)
-
-    def label_names(self, examples: Sequence[TextExample]) -> list[str]:
-        return class_names(examples, self.cfg.train, self.cfg.train_where)
-
-    def check_known(self, examples: Sequence[TextExample], path) -> None:
-        check_labels_known(examples, self.labels, path)
-
-    def examples_from_texts(self, texts: Sequence[str]) -> list[TextExample]:
-        examples = []
-        for text in texts:
-            first, _, second = text.partition(PAIR_SEPARATOR)
-            examples.append(TextExample(first, second or None, None, 0))
-        return examples
+    label_type = torch.long
 
     def target_of(self, example: TextExample):
         return None if example.label is None else self.labels.index(example.label)
@@ -89,8 +54,8 @@ class ClassifyTask(Task):
         batch.predict_at[self.head] = Pooling(pooling_weights(lengths, batch.input_ids.shape[1],
                                                               reading.pooling))
         if all(row.target is not None for row in rows):
-            kind = torch.float32 if self.numeric else torch.long
-            batch.extras["label"] = torch.tensor([row.target for row in rows], dtype=kind)
+            batch.extras["label"] = torch.tensor([row.target for row in rows],
+                                                 dtype=self.label_type)
 
     def loss(self, outputs: dict, batch: Batch) -> LossSum:
         logits = outputs[self.head].float()
@@ -124,31 +89,10 @@ class ClassifyTask(Task):
                 "score": scores[self.labels[prediction.label]], "scores": scores}
 
 
-class PairsTask(ClassifyTask):
-    """Two texts → a label, read as `[CLS] A [SEP] B [SEP]` with token types 0 and 1."""
-
-    name = "pairs"
-
-    def pair_column(self, path: str | Path) -> str:
-        column = self.cfg.pair_column or guess_pair_column(path)
-        if column is None:
-            raise DataError("the pairs task needs a second text: name its column with "
-                            "--pair-column", path, 1)
-        return column
-
-
 class RegressTask(ClassifyTask):
     """One or two texts → a number, with a squared-error loss on one output."""
 
-    name = "regress"
-    main_metric = "pearson"
-    numeric = True
-
-    def label_names(self, examples) -> None:
-        return None
-
-    def check_known(self, examples, path) -> None:
-        pass
+    label_type = torch.float32
 
     def head_options(self) -> dict:
         return {"num_labels": 1}

@@ -17,10 +17,12 @@ from lmlab.finetune.config import FinetuneConfig, where_filter
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.formats import example_files
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.task import Reading, Task, resolve_reading
-from lmlab.finetune.tasks import make_task
+from lmlab.finetune.tasks import TASK_CLASSES, make_task
+from lmlab.finetune.traits import TASKS
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.model.selectors import Pooling
@@ -46,18 +48,21 @@ class Splits:
     train: list
     validation: list
     test: list | None
+    labels: list[str] | None = None  # the label names training holds (None: no labels)
 
 
-def read_splits(task: Task, cfg: FinetuneConfig) -> Splits:
+def read_splits(cfg: FinetuneConfig) -> Splits:
     """The task's files; label names come from training, and validation and test may hold
     no label training did not see."""
-    train = task.read(cfg.train, where_filter(cfg.train_where))
-    task.labels = task.label_names(train)
-    splits = Splits(train, task.read(cfg.validation, where_filter(cfg.validation_where)), None)
-    task.check_known(splits.validation, cfg.validation)
+    files = example_files(cfg)
+    train = files.read(cfg.train, where_filter(cfg.train_where))
+    labels = files.label_names(train)
+    splits = Splits(train, files.read(cfg.validation, where_filter(cfg.validation_where)),
+                    None, labels)
+    files.check_known(splits.validation, labels, cfg.validation)
     if cfg.test:
-        splits.test = task.read(cfg.test, where_filter(cfg.test_where))
-        task.check_known(splits.test, cfg.test)
+        splits.test = files.read(cfg.test, where_filter(cfg.test_where))
+        files.check_known(splits.test, labels, cfg.test)
     return splits
 
 
@@ -69,16 +74,12 @@ def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneCo
     if max_len > pretrained.max_seq_len:
         raise FinetuneError(f"--max-len {max_len} is longer than the model's context of "
                             f"{pretrained.max_seq_len} tokens")
-    if cfg.task == "pairs" and max_len < PAIR_OVERHEAD + 2:
-        raise FinetuneError(f"the pairs task needs at least {PAIR_OVERHEAD + 2} tokens per row "
-                            f"([CLS] A [SEP] B [SEP]); the context here is {max_len}")
-    null_threshold = cfg.null_threshold
-    if cfg.task == "qa" and null_threshold is None and any(
-            not example.answers for example in splits.train):
-        null_threshold = 0.0  # SQuAD v2: unanswerable questions are part of the task
-    return replace(cfg, attention=reading.attention, pooling=reading.pooling, max_len=max_len,
-                   null_threshold=null_threshold,
-                   dropout=pretrained.model.cfg.dropout if cfg.dropout is None else cfg.dropout)
+    if TASKS[cfg.task].second_text == "required" and max_len < PAIR_OVERHEAD + 2:
+        raise FinetuneError(f"the {cfg.task} task needs at least {PAIR_OVERHEAD + 2} tokens per "
+                            f"row ([CLS] A [SEP] B [SEP]); the context here is {max_len}")
+    cfg = replace(cfg, attention=reading.attention, pooling=reading.pooling, max_len=max_len,
+                  dropout=pretrained.model.cfg.dropout if cfg.dropout is None else cfg.dropout)
+    return TASK_CLASSES[cfg.task].resolved(cfg, splits.train)
 
 
 def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> LanguageModel:
@@ -113,9 +114,9 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
     env = begin(cfg.seed)
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
-    task = make_task(cfg)
-    splits = read_splits(task, cfg)
+    splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
+    task = make_task(cfg, splits.labels)
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0

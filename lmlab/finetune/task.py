@@ -1,9 +1,10 @@
 """What every fine-tuning task shares: the rows it encodes, how the model reads them, and the
 batch the one loop trains on.
 
-A task (classify, pairs, regress, qa, ner) reads its files, encodes examples into `Row`s,
-turns rows into a `Batch` for its head, scores a batch as the loop asks of any objective
-(`target_counts`, `loss`), and turns the model's outputs back into predictions and metrics.
+A task encodes examples into `Row`s, turns rows into a `Batch` for its head, scores a batch as
+the loop asks of any objective (`target_counts`, `loss`), and turns the model's outputs back
+into predictions and metrics. What it declares about itself is its traits (traits.py); how
+its examples are read from files or typed texts is its format's (formats.py).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.traits import TASKS
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Objective
@@ -68,35 +70,28 @@ def pooling_weights(lengths: Sequence[int], width: int, pooling: str) -> Tensor:
 
 
 class Task:
-    """Base of the tasks; subclasses set the class attributes and fill in the hooks."""
+    """Base of the tasks: `cfg.task` names the task (and its traits); `labels` are its label
+    or tag names by output index, as training found them (None: a task without labels)."""
 
-    name: ClassVar[str]
-    head: ClassVar[str]  # the model head it trains (lmlab.model.heads.HEADS)
-    main_metric: ClassVar[str]  # the checkpoint kept is the one best at this
+    def __init__(self, cfg: FinetuneConfig, labels: Sequence[str] | None = None) -> None:
+        self.cfg, self.labels = cfg, labels
+        self.name, self.traits = cfg.task, TASKS[cfg.task]
 
-    def __init__(self, cfg: FinetuneConfig, labels: list[str] | None = None) -> None:
-        self.cfg = cfg
-        self.labels = labels
+    @property
+    def head(self) -> str:
+        return self.traits.head
+
+    @property
+    def main_metric(self) -> str:
+        return self.traits.main_metric
+
+    @classmethod
+    def resolved(cls, cfg: FinetuneConfig, train: Sequence) -> FinetuneConfig:
+        """`cfg` with the task's own `auto`/none settings made concrete for its training
+        examples, so that the saved config says how the run predicts."""
+        return cfg
 
     # --- data -----------------------------------------------------------------------------
-
-    def read(self, path: str | Path, where: dict[str, str] | None = None,
-             need_targets: bool = True) -> list:
-        raise NotImplementedError
-
-    def in_task_format(self, path: str | Path) -> bool:
-        """Whether `path` holds examples for `read`, rather than plain text, one text a line."""
-        raise NotImplementedError
-
-    def label_names(self, examples: Sequence) -> list[str] | None:
-        """The label names of the training examples (None for tasks without labels)."""
-        return None
-
-    def check_known(self, examples: Sequence, path: str | Path) -> None:
-        """Refuse evaluation examples whose label training never saw."""
-
-    def examples_from_texts(self, texts: Sequence[str]) -> list:
-        raise NotImplementedError
 
     def encode(self, examples: Sequence, encoder: Encoder, training: bool) -> list[Row]:
         raise NotImplementedError

@@ -1,18 +1,21 @@
-"""The fine-tuning tasks by name: the one table from a task's name to its class."""
+"""The implementation of each task of the registry (traits.TASKS): the one table from a task's
+name to its class. Pairs is classify with a second text, which its traits require."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.ner_task import NERTask
 from lmlab.finetune.qa_task import QATask
-from lmlab.finetune.sequence_tasks import ClassifyTask, PairsTask, RegressTask
+from lmlab.finetune.sequence_tasks import ClassifyTask, RegressTask
 from lmlab.finetune.task import Task
 
-TASKS: dict[str, type[Task]] = {
-    "classify": ClassifyTask, "pairs": PairsTask, "regress": RegressTask, "qa": QATask,
+TASK_CLASSES: dict[str, type[Task]] = {
+    "classify": ClassifyTask, "pairs": ClassifyTask, "regress": RegressTask, "qa": QATask,
     "ner": NERTask,
 }
 
 
-def make_task(cfg: FinetuneConfig, labels: list[str] | None = None) -> Task:
-    return TASKS[cfg.task](cfg, labels)
+def make_task(cfg: FinetuneConfig, labels: Sequence[str] | None = None) -> Task:
+    return TASK_CLASSES[cfg.task](cfg, labels)

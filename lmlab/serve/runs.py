@@ -8,8 +8,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from lmlab.compare.layout import DESIGN, REPORT
-from lmlab.finetune.qa_task import CONTEXT_SEPARATOR
-from lmlab.finetune.tasks import TASKS
+from lmlab.finetune.formats import TEXT_SEPARATOR
+from lmlab.finetune.traits import TASKS
 from lmlab.runs import Run
 from lmlab.runs.layout import METRICS
 from lmlab.serve.errors import ApiError
@@ -45,8 +45,9 @@ class ServedRun:
             # a continued pre-training's source: {run (relative to this run), checkpoint,
             # weights_sha256}
             "init": None if self.run.config.init is None else self.run.config.init.to_json(),
-            # how a QA run's question and context (or a pair's two texts) join into one text
-            "separator": CONTEXT_SEPARATOR if self.task in ("qa", "pairs") else None,
+            # how a task's two texts (a question and its context, a pair) join into one text
+            "separator": TEXT_SEPARATOR if self.task is not None
+            and TASKS[self.task].second_text == "required" else None,
             "attention": attention_policies(self.run),
             "can": {"fill_mask": fills and self.task is None,
                     "generate": objective.can_generate and self.task is None,
