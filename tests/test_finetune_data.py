@@ -4,8 +4,8 @@ little padding."""
 
 import random
 
+from lmlab.finetune.base import Row
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.task import Row
 
 
 def rows(count: int = 1000) -> list[Row]:

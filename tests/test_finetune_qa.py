@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from lmlab.finetune.qa import (
+from lmlab.finetune.qa_spans import (
     Answer,
     QAWindow,
     QuestionTooLong,

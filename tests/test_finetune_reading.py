@@ -16,17 +16,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lmlab.finetune.base import Row, resolve_reading
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.evaluate import row_outputs
 from lmlab.finetune.sequence_tasks import ClassifyTask
 from lmlab.finetune.setup import Splits, resolved
-from lmlab.finetune.task import Reading, Row, resolve_reading
 from lmlab.model.heads import make_head
 from lmlab.model.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import preset
+from lmlab.runs.schema import Reading
 
 SPECIAL = SpecialTokens.layout(vocab_size=32)
 ORDINARY = list(range(max(SPECIAL.all_ids) + 1, SPECIAL.vocab_size))

@@ -13,10 +13,10 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Words
 from lmlab.finetune.formats import FORMATS, TableFiles, example_files
 from lmlab.finetune.ner_task import Tagged
-from lmlab.finetune.qa import Answer
+from lmlab.finetune.qa_spans import Answer
 from lmlab.finetune.readers import QAExample, TaggedSentence, TextExample
+from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.sequence_tasks import LabelPrediction
-from lmlab.finetune.tasks import TASK_CLASSES, make_task
 from lmlab.finetune.traits import TASKS
 from lmlab.model.heads import HEADS
 

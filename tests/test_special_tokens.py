@@ -13,7 +13,7 @@ from lmlab.data.errors import DataError
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, SPECIAL_TOKENS, special_tokens_of
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring
 from lmlab.finetune.encoding import Encoder, Words
-from lmlab.finetune.qa import make_windows
+from lmlab.finetune.qa_spans import make_windows
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
 from lmlab.model import LanguageModel

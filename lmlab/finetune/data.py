@@ -16,8 +16,9 @@ from functools import lru_cache
 
 import torch
 
-from lmlab.finetune.task import Reading, Row, Task
+from lmlab.finetune.base import Row, Task
 from lmlab.objectives.batch import Batch
+from lmlab.runs.schema import Reading
 
 GROUPED_BATCHES = 50
 

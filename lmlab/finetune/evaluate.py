@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from lmlab.finetune.task import Reading, Row, Task
+from lmlab.finetune.base import Row, Task
+from lmlab.runs.schema import Reading
 from lmlab.train.precision import autocast
 
 

@@ -12,14 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.atomic import atomic_write
+from lmlab.finetune.base import Row, Task
 from lmlab.finetune.encoding import Encoder, Words, first_pieces
 from lmlab.finetune.metrics import entity_f1_items, entity_metrics, entity_spans
 from lmlab.finetune.readers import TaggedSentence
-from lmlab.finetune.task import Reading, Row, Task
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.selectors import Positions
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
+from lmlab.runs.schema import Reading
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.evaluate import row_outputs
 from lmlab.finetune.formats import example_files
-from lmlab.finetune.task import Reading, Task
-from lmlab.finetune.tasks import make_task
+from lmlab.finetune.registry import make_task
 from lmlab.runs import Run
 from lmlab.runs.run import RunLoadError, load_run
+from lmlab.runs.schema import Reading
 
 
 def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:

@@ -1,5 +1,5 @@
 """Extractive question answering (SQuAD v1.1 and v2): a start and an end score per token, over
-windows of long contexts; see qa.py for the windows and the answer search."""
+windows of long contexts; see qa_spans.py for the windows and the answer search."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.data.errors import DataError
+from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import squad_f1, squad_metrics
-from lmlab.finetune.qa import Answer, QuestionTooLong, best_answer, label_window, make_windows
+from lmlab.finetune.qa_spans import Answer, QuestionTooLong, best_answer, label_window, make_windows
 from lmlab.finetune.readers import QAExample
-from lmlab.finetune.task import Reading, Row, Task
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
+from lmlab.runs.schema import Reading
 
 # Padding scores this low: no softmax mass, and no answer can start or end there.
 NOT_A_POSITION = -1e4

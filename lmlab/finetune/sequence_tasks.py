@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lmlab.finetune.base import Row, Task, pooling_weights
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.metrics import (
     classification_metrics,
@@ -20,10 +21,10 @@ from lmlab.finetune.metrics import (
     regression_metrics,
 )
 from lmlab.finetune.readers import TextExample
-from lmlab.finetune.task import Reading, Row, Task, pooling_weights
 from lmlab.model.selectors import Pooling
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
+from lmlab.runs.schema import Reading
 
 
 @dataclass(frozen=True)

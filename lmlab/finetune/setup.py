@@ -13,15 +13,15 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lmlab.finetune.base import Task, resolve_reading
 from lmlab.finetune.config import FinetuneConfig, where_filter
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
 from lmlab.finetune.formats import example_files
+from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
-from lmlab.finetune.task import Reading, Task, resolve_reading
-from lmlab.finetune.tasks import TASK_CLASSES, make_task
 from lmlab.finetune.traits import TASKS
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
@@ -30,7 +30,7 @@ from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
-from lmlab.runs.schema import RunConfig, RunTask, Source
+from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
 from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
