@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from lmlab.runs.layout import CONFIG
+from lmlab.runs.schema import read_run_config
 from lmlab.train.config import trackers_named
 
 PROJECT = "lmlab"  # MLflow's experiment, Trackio's and W&B's project, unless set otherwise
@@ -54,7 +55,7 @@ def open_trackers(report_to: str | None, run_dir: Path, resumed_at: int) -> list
     which resumes after step `resumed_at` (0: a new run)."""
     run_dir = Path(run_dir)
     names = require_trackers(report_to)
-    config = json.loads((run_dir / CONFIG).read_text()) if names else {}
+    config = read_run_config(run_dir / CONFIG).to_json() if names else {}
     return [SINKS[name](run_dir, config, resumed_at) for name in names]
 
 
