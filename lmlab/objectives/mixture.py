@@ -150,6 +150,43 @@ class Mixture(Objective):
                        details={name: tuple(v) for name, v in details.items()})
 
 
+# A composite that trains one of its `objectives` at a time (Alternating, Then): the part a
+# step trains is named in the batch's host facts, and every head of the composite is asked
+# for in every batch, the idle ones at no position.
+
+def weighted_by_steps(objectives: list[Objective], steps: list[float],
+                      share: Callable[[Objective], float]) -> float:
+    """Each part's `share` weighted by the steps it trains (a FLOPs count of the run)."""
+    return sum(count / sum(steps) * share(o) for o, count in zip(objectives, steps, strict=True))
+
+
+def part_batch(composite: Objective, tokens: Tensor, generator: torch.Generator,
+               step: int = 0) -> Batch:
+    """The batch of the part `composite.index_at(step)`, with the composite's idle heads at no
+    position (see `part_loss`)."""
+    index = composite.index_at(step)
+    batch = composite.objectives[index].make_batch(tokens, generator, step)
+    batch.host_facts["objective_index"] = index
+    for head, nothing in composite.reads_nothing().items():
+        batch.predict_at.setdefault(head, nothing)
+    return batch
+
+
+def part_target_counts(composite: Objective, batch: Batch) -> dict[str, Tensor]:
+    return composite.objectives[batch.host_facts["objective_index"]].target_counts(batch)
+
+
+def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+    """The current part's loss. The idle heads' outputs, on no position, add an exact zero
+    that gives every head a (zero) gradient each step, as data parallelism requires."""
+    part = composite.objectives[batch.host_facts["objective_index"]]
+    result = part.loss(outputs, batch)
+    idle = sum(empty_sum(outputs[head]) for head in composite.heads if head not in part.heads)
+    term, (loss_sum, count) = next(iter(result.terms.items()))
+    result.terms[term] = (loss_sum + idle, count)
+    return result
+
+
 def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
     """The steps each of `parts` objectives trains in a run of `total_steps` that switches
     every `every_steps`: whole turns, then the last, cut short by the run's end."""
@@ -200,46 +237,7 @@ class Alternating(Objective):
     def index_at(self, step: int) -> int:
         return (step // self.every_steps) % len(self.objectives)
 
-    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
-        return part_batch(self, self.index_at(step), tokens, generator, step)
-
-    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
-        return part_target_counts(self, batch)
-
-    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-        return part_loss(self, outputs, batch)
-
-
-# A composite that trains one of its `objectives` at a time (Alternating, Then): the part a
-# step trains is named in the batch's host facts, and every head of the composite is asked
-# for in every batch, the idle ones at no position.
-
-def weighted_by_steps(objectives: list[Objective], steps: list[float],
-                      share: Callable[[Objective], float]) -> float:
-    """Each part's `share` weighted by the steps it trains (a FLOPs count of the run)."""
-    return sum(count / sum(steps) * share(o) for o, count in zip(objectives, steps, strict=True))
-
-
-def part_batch(composite: Objective, index: int, tokens: Tensor, generator: torch.Generator,
-               step: int) -> Batch:
-    """Part `index`'s batch, with the composite's idle heads at no position (see `part_loss`)."""
-    batch = composite.objectives[index].make_batch(tokens, generator, step)
-    batch.host_facts["objective_index"] = index
-    for head, nothing in composite.reads_nothing().items():
-        batch.predict_at.setdefault(head, nothing)
-    return batch
-
-
-def part_target_counts(composite: Objective, batch: Batch) -> dict[str, Tensor]:
-    return composite.objectives[batch.host_facts["objective_index"]].target_counts(batch)
-
-
-def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-    """The current part's loss. The idle heads' outputs, on no position, add an exact zero
-    that gives every head a (zero) gradient each step, as data parallelism requires."""
-    part = composite.objectives[batch.host_facts["objective_index"]]
-    result = part.loss(outputs, batch)
-    idle = sum(empty_sum(outputs[head]) for head in composite.heads if head not in part.heads)
-    term, (loss_sum, count) = next(iter(result.terms.items()))
-    result.terms[term] = (loss_sum + idle, count)
-    return result
+    # one part a step: the batch, target counts and loss of the part `index_at` picks
+    make_batch = part_batch
+    target_counts = part_target_counts
+    loss = part_loss

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-from torch import Tensor
-
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch
-from lmlab.objectives.losses import LossSum
 from lmlab.objectives.mixture import part_batch, part_loss, part_target_counts, weighted_by_steps
 
 
@@ -83,11 +78,7 @@ class Then(Objective):
             steps = [first, self.total_steps - first]
         return weighted_by_steps(self.objectives, steps, share)
 
-    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
-        return part_batch(self, self.index_at(step), tokens, generator, step)
-
-    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
-        return part_target_counts(self, batch)
-
-    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-        return part_loss(self, outputs, batch)
+    # one part a step: the batch, target counts and loss of the part `index_at` picks
+    make_batch = part_batch
+    target_counts = part_target_counts
+    loss = part_loss
