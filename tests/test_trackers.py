@@ -71,6 +71,29 @@ def test_tensorboard_and_mlflow_hold_what_metrics_jsonl_holds_across_a_resume(tm
     assert first.info.status == second.info.status == "FINISHED"
 
 
+@pytest.mark.slow
+def test_under_torchrun_rank_0_alone_reports(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.test_pretrain import run_script, torchrun
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    out = tmp_path / "run"
+    run_script(out, "--objective", "clm", "--steps", "4", "--batch-size", "8",
+               "--report-to", "tensorboard,mlflow", launcher=torchrun(2))
+    (events_file,) = (out / "tensorboard").iterdir()
+    events = EventAccumulator(str(events_file))
+    events.Reload()
+    losses = logged(out, "train", "loss")
+    assert {e.step: e.value for e in events.Scalars("train/loss")} == pytest.approx(losses)
+    client = MlflowClient((out / "mlruns").resolve().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("lmlab").experiment_id])
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert {m.step: m.value for m in history} == pytest.approx(losses)
+
+
 def wandb_records(run: Path) -> list:
     """The records of the one offline W&B run under `run`, from its transaction log (LevelDB's
     log format after a 7-byte header: 32 KiB blocks of checksum, length, type, data)."""
