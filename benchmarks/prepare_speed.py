@@ -174,12 +174,31 @@ def child(task: str, args: dict) -> dict:
     return result
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time every process on the machine has used since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(n) for n in f.readline().split()[1:9]]
+    del ticks[3:5]  # idle, iowait
+    return sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(task: str, **args) -> dict:
+    """`child(task, args)` in a process of its own, with the CPU time other work on the
+    machine used meanwhile: a contender shares the cores with it."""
+    machine, ours = machine_cpu_seconds(), children_cpu_seconds()
     done = subprocess.run([sys.executable, __file__, "--child", task, json.dumps(args)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{task} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["others_cpu_seconds"] = (machine_cpu_seconds() - machine) - \
+        (children_cpu_seconds() - ours)
+    return result
 
 
 # ---------------------------------------------------------------- the benchmark
@@ -212,10 +231,7 @@ def main() -> None:
         return
     scale = 0.2 if options.quick else options.mb / 50
     work = Path(tempfile.mkdtemp(prefix="prepare-speed-"))
-    # other work on the machine takes cores from every contender: a run under `nice -n -20`
-    # measures what prepare itself keeps busy, and says so here
-    results: dict = {"machine": machine(), "niceness": os.nice(0),
-                     "load_average_at_start": os.getloadavg()}
+    results: dict = {"machine": machine(), "load_average_at_start": os.getloadavg()}
     results["load_average_at_end"] = None
     try:
         big = write_corpus(work / "big.jsonl", int(50e6 * scale))
@@ -261,6 +277,8 @@ def main() -> None:
                                                       for r in rs) for name, rs in runs.items()},
             "tokens_per_s": {name: statistics.median(r["tokens"] / r["seconds"] for r in rs)
                              for name, rs in runs.items()},
+            "others_cpu_seconds": {name: statistics.median(r["others_cpu_seconds"] for r in rs)
+                                   for name, rs in runs.items()},
             "prepare_training_bpe_8192_mb_per_s": mb / trained["seconds"],
             "runs": runs, "training_run": trained,
         }
