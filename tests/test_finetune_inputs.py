@@ -5,31 +5,16 @@ line (as fill-mask and embed do) while a file in the task's format keeps its exa
 import json
 
 import pytest
-import torch
 
-from lmlab.cli import main
 from lmlab.data.errors import DataError
 from lmlab.finetune.readers import TextExample, class_names, is_conll, is_squad, is_table
 from tests.serve_runs import make_runs
+from tests.test_finetune import one_thread, run_cli  # noqa: F401 (one_thread: autouse)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     return make_runs(tmp_path_factory.mktemp("runs"))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is faster on a busy machine
-    yield
-    torch.set_num_threads(threads)
-
-
-def run_cli(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_one_training_label_is_named_with_its_file():
