@@ -159,6 +159,8 @@ def test_grouped_query_llama_with_untied_embeddings_round_trips(tmp_path):
     (lambda path: pretrained_run(path, "modern", "prefix"), "left to right only"),
     (lambda path: pretrained_run(path, "bert", "mntp"), "pre-train with mlm"),
     (lambda path: pretrained_run(path, "bert", "mlm", tie_embeddings=False), "always tie"),
+    (lambda path: pretrained_run(path, "modern", "clm", qk_norm=True), "qk_norm=True"),
+    (lambda path: pretrained_run(path, "gpt2", "clm", logit_softcap=15.0), "logit_softcap"),
     (lambda path: finetuned_run(path, "classify", ["a", "b"], pooling="mean"), "--pooling cls"),
     (lambda path: finetuned_run(path, "ner", ["O", "B"], attention="causal"),
      "--attention bidirectional"),

@@ -113,7 +113,7 @@ def train_config(out, **changes) -> TrainConfig:
 
 def train_rows(run) -> list[dict]:
     rows = [r for r in read_metrics(run) if r["kind"] == "train"]
-    return [{k: v for k, v in r.items() if not k.startswith(("tokens_per", "mfu"))}
+    return [{k: v for k, v in r.items() if not k.startswith(("tokens_per", "mfu", "seconds"))}
             for r in rows]
 
 

@@ -198,10 +198,12 @@ def torchrun(nproc: int) -> tuple[str, ...]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_processes_match_one_process_and_resume(tmp_path, strategy):
+@pytest.mark.parametrize("strategy, optimizer", [("ddp", "adamw"), ("fsdp", "adamw"),
+                                                 ("ddp", "muon")])
+def test_two_processes_match_one_process_and_resume(tmp_path, strategy, optimizer):
     args = ["--objective", "clm", "--steps", "6", "--batch-size", "8",
             "--micro-batch-size", "4", "--checkpoint-every", "3", "--keep-last", "5",
+            "--optimizer", optimizer,
             "--model-overrides", '{"dropout": 0.0}']  # dropout draws differ per rank
     run_script(tmp_path / "one", *args)
     args += ["--distributed", strategy]

@@ -34,7 +34,7 @@ def test_bad_schedule_is_a_clear_error():
 
 def test_weight_decay_skips_norms_biases_and_embeddings():
     model = LanguageModel(preset("bert-tiny", 64, 16), heads=("mlm", "nsp"))
-    decay, no_decay = parameter_groups(model, 0.1)
+    decay, no_decay = parameter_groups(list(model.parameters()), model, 0.1)
     decayed = {id(p) for p in decay["params"]}
     for name, parameter in model.named_parameters():
         expect = parameter.ndim == 2 and "embedding" not in name and "norm" not in name

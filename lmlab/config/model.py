@@ -7,17 +7,21 @@ width and head count unless an imported architecture fixes them (`n_kv_heads`, `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Positions = Literal["learned", "rotary"]
-Activation = Literal["gelu", "gelu_tanh", "swiglu", "geglu"]
+Activation = Literal["gelu", "gelu_tanh", "swiglu", "geglu", "relu2"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 # Sizes derived from the width and head count unless an imported architecture fixes them.
 SIZE_OVERRIDES = ("n_kv_heads", "head_size", "ffn_size")
+# Fields that runs saved before they existed did not write: `to_dict` leaves them out at their
+# defaults, so that such a run still compares equal to its own configuration on resuming.
+LATER_FIELDS = (*SIZE_OVERRIDES, "qk_norm", "logit_softcap", "zero_init_projections")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ class ModelConfig:
     n_kv_heads: int | None = None  # grouped-query attention (Ainslie et al. 2023)
     head_size: int | None = None
     ffn_size: int | None = None
+    # Training-recipe switches (modded-nanogpt, Jordan et al. 2024; Gemma 2 for the cap):
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys before attending
+    logit_softcap: float = 0.0  # > 0: vocabulary logits become cap·tanh(logits / cap)
+    zero_init_projections: bool = False  # residual-branch outputs start at zero
 
     def __post_init__(self) -> None:
         choices = {
@@ -65,6 +73,9 @@ class ModelConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.positions == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions need an even head dimension, got {self.head_dim}")
+        if not (math.isfinite(self.logit_softcap) and self.logit_softcap >= 0):
+            raise ValueError(f"logit_softcap must be 0 (off) or positive, got "
+                             f"{self.logit_softcap}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -98,7 +109,6 @@ class ModelConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Every field; the size overrides only where set, so a run saved before they existed
-        still compares equal to its own configuration (as on resuming)."""
+        """Every field but the LATER_FIELDS left at their defaults."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in SIZE_OVERRIDES or getattr(self, f.name) is not None}
+                if f.name not in LATER_FIELDS or getattr(self, f.name) != f.default}

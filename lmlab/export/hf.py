@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -165,14 +165,17 @@ LLAMA = Family(
 HF_FAMILIES: dict[str, Family] = {"bert": BERT, "gpt2": GPT2, "modern": LLAMA}
 
 # The switches HF cannot emulate; eps, dropout, tying and the sizes carry over to any HF config
-# (key/value heads and head width only where the family has them).
-_ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias")
+# (key/value heads and head width only where the family has them). A switch a family leaves
+# out must stay at ModelConfig's default (the recipe switches: no HF family has them).
+_ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias",
+                          "qk_norm", "logit_softcap")
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
 # --- family checks ----------------------------------------------------------------------------
 
 def _mismatches(cfg: ModelConfig, family: str) -> list[str]:
-    wanted = FAMILIES[family]
+    wanted = {**_DEFAULTS, **FAMILIES[family]}
     found = [f"{name}={getattr(cfg, name)!r} (needs {wanted[name]!r})"
              for name in _ARCHITECTURE_SWITCHES if getattr(cfg, name) != wanted[name]]
     if bool(cfg.type_vocab_size) != bool(wanted["type_vocab_size"]):

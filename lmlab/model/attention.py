@@ -54,6 +54,10 @@ class SelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.qkv = Linear(cfg.d_model, sum(self.head_counts) * cfg.head_dim, bias=cfg.bias)
         self.out = Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=cfg.bias)
+        # QK-norm (Henry et al. 2020; OLMo 2, Qwen3): bounded attention logits, so a higher
+        # learning rate stays stable. One learned scale per head dimension, shared by heads.
+        self.qk_norms = (nn.ModuleList(nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps)
+                                       for _ in "qk") if cfg.qk_norm else None)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
                 cache: KVCache | None = None, keep: Tensor | None = None) -> Tensor:
@@ -64,6 +68,8 @@ class SelfAttention(nn.Module):
         # permute of a (3, H) layout would give, so ungrouped attention pays nothing for this.
         heads = self.qkv(x).view(batch, length, sum(self.head_counts), self.head_dim)
         q, k, v = heads.transpose(1, 2).split(self.head_counts, dim=1)  # each (B, heads, T, d)
+        if self.qk_norms is not None:
+            q, k = self.qk_norms[0](q), self.qk_norms[1](k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if cache is not None:

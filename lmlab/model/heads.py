@@ -12,28 +12,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.kernels.linear import Linear
-from lmlab.kernels.linear_cross_entropy import linear_cross_entropy
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from lmlab.model.layers import make_norm
 from lmlab.model.selectors import Pooling, Positions, Rows
 
 
+def soft_cap(logits: Tensor, cap: float) -> Tensor:
+    """cap·tanh(logits / cap): logits kept within ±cap (Gemma 2); unchanged for cap 0."""
+    return logits if not cap else cap * torch.tanh(logits / cap)
+
+
 @dataclass
 class Unprojected:
-    """A vocabulary head's output short of its decoder: (N, d) features and the decoder."""
+    """A vocabulary head's output short of its decoder: (N, d) features, the decoder and the
+    logits' soft cap (0 = none)."""
 
     features: Tensor
     decoder: nn.Linear
+    cap: float = 0.0
 
     def logits(self) -> Tensor:
-        return self.decoder(self.features)
+        return soft_cap(self.decoder(self.features), self.cap)
 
     def cross_entropy(self, targets: Tensor) -> tuple[Tensor, Tensor]:
-        """(summed loss, per-row losses) against `targets` (N,); see linear_cross_entropy."""
+        """(summed loss, per-row losses) against `targets` (N,); fused (linear_cross_entropy)
+        unless the logits are capped, which the fused kernel does not do."""
+        if self.cap:
+            losses = F.cross_entropy(self.logits().float(), targets.reshape(-1),
+                                     ignore_index=IGNORE_INDEX, reduction="none")
+            return losses.sum(), losses.detach()
         return linear_cross_entropy(self.features, self.decoder.weight, self.decoder.bias,
                                     targets)
 
@@ -49,9 +62,11 @@ class Head(nn.Module):
 
 
 class VocabularyHead(Head):
-    """Features at the requested positions → a (tied) decoder to vocabulary logits."""
+    """Features at the requested positions → a (tied) decoder to vocabulary logits, soft-capped
+    when `cap` > 0."""
 
     decoder: Linear
+    cap: float = 0.0
 
     def tie(self, embedding: nn.Embedding) -> None:
         self.decoder.weight = embedding.weight
@@ -63,8 +78,8 @@ class VocabularyHead(Head):
                 unprojected: bool = False) -> Tensor | Unprojected:
         features = self.features(hidden, at)
         if unprojected:
-            return Unprojected(features.reshape(-1, features.shape[-1]), self.decoder)
-        return self.decoder(features)
+            return Unprojected(features.reshape(-1, features.shape[-1]), self.decoder, self.cap)
+        return soft_cap(self.decoder(features), self.cap)
 
 
 def read_tokens(hidden: Tensor, at: Positions | None) -> Tensor:
@@ -78,6 +93,7 @@ class LMHead(VocabularyHead):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.decoder = Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.cap = cfg.logit_softcap
 
     def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
         return read_tokens(hidden, at)
@@ -91,6 +107,7 @@ class MLMHead(VocabularyHead):
         self.transform = Linear(cfg.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
         self.decoder = Linear(cfg.d_model, cfg.vocab_size)
+        self.cap = cfg.logit_softcap
 
     def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
         return self.norm(F.gelu(self.transform(read_tokens(hidden, at))))

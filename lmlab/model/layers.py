@@ -16,18 +16,26 @@ def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
     return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
+    """The config's norm over `width` features (the model width unless given)."""
+    width = width or cfg.d_model
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+        return nn.RMSNorm(width, eps=cfg.norm_eps)
+    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.bias)
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+def relu_squared(x: Tensor) -> Tensor:
+    """ReLU(x)² (So et al. 2021, Primer), as modded-nanogpt's MLP uses it."""
+    return F.relu(x).square()
+
+
 # The non-linearity of each MLP kind; gated kinds apply it to the gate half only.
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu, "geglu": F.gelu}
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "swiglu": F.silu, "geglu": F.gelu,
+               "relu2": relu_squared}
 
 
 class MLP(nn.Module):

@@ -33,10 +33,12 @@ class LanguageModel(nn.Module):
                 head.tie(self.backbone.token_embedding)
         self.apply(self._init_weights)
         # GPT-2: scale residual-branch outputs by 1/sqrt(2·layers) so the stream's variance
-        # does not grow with depth.
+        # does not grow with depth; or start them at zero, each block the identity at first
+        # (modded-nanogpt), its input projections still random so gradients reach them.
+        std = 0.0 if cfg.zero_init_projections else cfg.init_std / math.sqrt(2 * cfg.n_layers)
         for block in self.backbone.blocks:
             for proj in (block.attn.out, block.mlp.down):
-                nn.init.normal_(proj.weight, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
+                nn.init.normal_(proj.weight, std=std)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear | nn.Embedding):

@@ -49,8 +49,10 @@ class LoopConfig:
     warmup_steps: int | None = documented(None, "linear warm-up; none = 5% of the run, at "
                                                 "most 1000 steps")
     lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = documented(0.1, "AdamW weight decay (not on norms, biases, "
-                                           "embeddings)")
+    optimizer: Literal["adamw", "muon"] = documented(
+        "adamw", "adamw, or muon: Muon for the blocks' weight matrices, AdamW for embeddings, "
+                 "heads, norms and biases, at the same learning rate")
+    weight_decay: float = documented(0.1, "weight decay (not on norms, biases, embeddings)")
     beta2: float = documented(0.95, "AdamW's second-moment decay")
     grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
     precision: Literal["fp32", "bf16", "fp16"] = documented(
@@ -90,6 +92,9 @@ class LoopConfig:
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         trackers_named(self.report_to)
+        if self.optimizer == "muon" and (self.distributed == "fsdp" or self.precision == "fp16"):
+            raise ValueError("--optimizer muon works with DDP and fp32 or bf16; use "
+                             "--optimizer adamw with --distributed fsdp or --precision fp16")
         if self.resume and self.overwrite:
             raise ValueError("choose --resume or --overwrite, not both")
 

@@ -4,6 +4,7 @@ a progress bar with rate and ETA, and the curves plot at the end."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 class MetricsLog:
     """One JSON record per line, flushed as written, so a crash loses at most one line; each
-record goes on to the `trackers`, which are finished with the curves (if drawn) on close."""
+    record goes on to the `trackers`, which are finished with the curves (if drawn) on close.
+    Every record holds `seconds`: wall time since this log was opened (for a resumed run, since
+    the resume), so quality can be read against time."""
 
     def __init__(self, run_dir: Path, enable: bool = True,
                  trackers: Sequence[Tracker] = ()) -> None:
@@ -41,6 +44,7 @@ record goes on to the `trackers`, which are finished with the curves (if drawn) 
         self.path = self.run_dir / METRICS_FILE
         self.file = None
         self.curves = None
+        self.started = time.perf_counter()
 
     def truncate_after(self, step: int) -> None:
         """Drop records past `step` (a resumed run redoes them), rewriting atomically."""
@@ -55,7 +59,8 @@ record goes on to the `trackers`, which are finished with the curves (if drawn) 
             return
         if self.file is None:
             self.file = open(self.path, "a")  # kept open for the run
-        record = {"kind": kind, "step": step, **scalars}
+        record = {"kind": kind, "step": step, **scalars,
+                  "seconds": round(time.perf_counter() - self.started, 3)}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         for tracker in self.trackers:

@@ -74,7 +74,8 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     # into the whole model, before sharding
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2))
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
+                               name=cfg.optimizer)
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)

@@ -18,6 +18,7 @@ from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import to_device
 from lmlab.objectives.losses import LossSum
 from lmlab.train import distributed
+from lmlab.train.optim import Optimizers
 from lmlab.train.precision import autocast
 
 
@@ -90,7 +91,14 @@ def guarded_update(optimizer, scaler, skip: Tensor) -> None:
         # non-finite gradients) and lowers its scale.
         scaler.step(optimizer)
         scaler.update()
-    elif optimizer.defaults.get("fused"):
+    else:
+        for part in optimizer.parts if isinstance(optimizer, Optimizers) else (optimizer,):
+            _step_unless(part, skip)
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _step_unless(optimizer: torch.optim.Optimizer, skip: Tensor) -> None:
+    if optimizer.defaults.get("fused"):
         # Fused kernels read `found_inf` on the device, as a gradient scaler hands it to them,
         # and leave weights, moments and step count untouched when it is 1.
         optimizer.found_inf, optimizer.grad_scale = skip.float(), None
@@ -100,7 +108,6 @@ def guarded_update(optimizer, scaler, skip: Tensor) -> None:
             del optimizer.found_inf, optimizer.grad_scale
     elif not bool(skip):  # another optimizer: the host has to look
         optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
 
 
 class SkippedSteps:

@@ -1,0 +1,376 @@
+"""Time to quality: held-out bits per byte after a fixed wall-clock budget on 2 CPU threads.
+
+    python benchmarks/time_to_quality.py search [--objective clm] [--seconds 90] [--seeds 3]
+        [--candidates NAME ...] [--combine NAME ...]
+    python benchmarks/time_to_quality.py nanogpt --nanogpt DIR [--minutes 10]
+        [--nanogpt-minutes 20] [--model gpt2-mini]
+
+`search` trains each candidate recipe (one change to the baseline, or with --combine several)
+with `lmlab pretrain --minutes` on the shared corpora (Brown and the State of the Union
+addresses, prepared once with an 8,192-token vocabulary), round after round: every round runs
+the baseline and each candidate once, with a new seed, so machine noise hits them alike. Each
+run's final weights are scored in this process on the first 16 validation micro-batches (the
+blocks lmlab validates on, 65k tokens), as lmlab's validation scores them: bits per byte, so
+tokenizers could differ; masked objectives under the fixed 15% validation mask.
+
+`nanogpt` trains lmlab's default CLM recipe (`lmlab pretrain --objective clm` with only the
+data and the time given) and nanoGPT's own `model.py` with its `configure_optimizers` (AdamW
+at nanoGPT's defaults: lr 6e-4, betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) on the
+same blocks, shape and batch, warm-up and cosine decay over the steps that fit the time (the
+schedule lmlab uses). Both validate 12 times spread over their time on the same blocks; the
+curves (bits per byte against seconds) are plotted and the time each took to reach the other's
+final quality is read off them.
+
+Results: benchmarks/results/time_to_quality_<objective>.json (search) and
+time_to_quality_nanogpt.{json,png}, the machine named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from record import ROOT, machine, write_results
+
+RESULTS = Path(__file__).parent / "results"
+THREADS = "2"
+EVAL_MICRO_BATCHES = 16
+MICRO_BATCH = 32  # lmlab's default batch, one micro-batch a step on one process
+SEQ_LEN = 128
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What `lmlab pretrain` is told beyond the data, time and seed."""
+
+    args: tuple[str, ...] = ()
+    overrides: dict = field(default_factory=dict)
+
+    def merged(self, other: Recipe) -> Recipe:
+        return Recipe(self.args + other.args, {**self.overrides, **other.overrides})
+
+    def command(self) -> list[str]:
+        extra = ["--model-overrides", json.dumps(self.overrides)] if self.overrides else []
+        return [*self.args, *extra]
+
+
+# The baseline is spelled out so that the table means the same after the defaults change.
+BASELINES = {
+    "clm": Recipe(("--model", "gpt2-mini", "--optimizer", "adamw", "--lr", "1e-3",
+                   "--schedule", "cosine")),
+    "mlm": Recipe(("--model", "bert-mini", "--optimizer", "adamw", "--lr", "1e-3",
+                   "--schedule", "cosine", "--mlm-rate", "0.15")),
+}
+# One change each, against the baseline.
+CANDIDATES = {
+    "modern family": Recipe(("--model", "modern-mini")),
+    "muon": Recipe(("--optimizer", "muon")),
+    "qk-norm": Recipe(overrides={"qk_norm": True}),
+    "relu2": Recipe(overrides={"activation": "relu2"}),
+    "zero-init projections": Recipe(overrides={"zero_init_projections": True}),
+    "untied head": Recipe(overrides={"tie_embeddings": False}),
+    "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
+    "wsd schedule": Recipe(("--schedule", "wsd")),
+    "lr 2e-3": Recipe(("--lr", "2e-3")),
+    "mask 30%": Recipe(("--mlm-rate", "0.3")),
+    "mask 30%→15%": Recipe(("--mlm-rate-start", "0.3", "--mlm-rate", "0.15")),
+}
+MASKED_ONLY = ("mask 30%", "mask 30%→15%")
+
+
+def lmlab(*args) -> None:
+    """An lmlab command on THREADS threads; its output is shown only if it fails."""
+    done = subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": THREADS}, capture_output=True,
+                          text=True)
+    if done.returncode:
+        sys.exit(f"lmlab {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
+
+
+def prepared(shared: Path, work: Path) -> Path:
+    data = work / "data"
+    if not (data / "meta.json").exists():
+        lmlab("prepare", *sorted((shared / "corpora").glob("*.jsonl")), "--out", data,
+              "--vocab-size", 8192)
+    return data
+
+
+# --- scoring --------------------------------------------------------------------------------
+
+def validation_blocks(data: Path, count: int, special):
+    """The first `count` validation micro-batches, as lmlab's validation reads them."""
+    from lmlab.data.dataset import open_dataset
+    from lmlab.data.loader import BlockBatches
+
+    dataset = open_dataset(data)
+    batches = BlockBatches(dataset.validation, SEQ_LEN, MICRO_BATCH, "concatenate",
+                           special.padding_id, special.sep, 0)
+    return [batches.batch(i).tokens for i in range(min(count, batches.batches_per_epoch))], \
+        dataset.bytes_per_token
+
+
+def bits_per_byte(model, objective_name: str, special, blocks, bytes_per_token) -> float:
+    import torch
+
+    from lmlab.objectives.registry import build_objective
+    from lmlab.train.distributed import Env
+    from lmlab.train.evaluate import evaluation_objectives, validate
+
+    objectives = evaluation_objectives(build_objective(objective_name, special))
+    metrics = validate(model, objectives, blocks, bytes_per_token,
+                       Env(0, 1, 0, torch.device("cpu")))
+    (bpb,) = [v for k, v in metrics.items() if k.endswith("_bpb")]
+    return bpb
+
+
+def score_run(run: Path, objective_name: str, data: Path) -> float:
+    from lmlab.runs.run import load_run
+
+    loaded = load_run(run, checkpoint="last")
+    blocks, bytes_per_token = validation_blocks(data, EVAL_MICRO_BATCHES, loaded.special)
+    return bits_per_byte(loaded.model, objective_name, loaded.special, blocks, bytes_per_token)
+
+
+def train_and_score(recipe: Recipe, objective: str, data: Path, seconds: float, seed: int,
+                    out: Path) -> dict:
+    started = time.perf_counter()
+    lmlab("pretrain", "--objective", objective, "--data", data, "--minutes", seconds / 60,
+          "--seed", seed, "--out", out, "--overwrite", *recipe.command())
+    wall = time.perf_counter() - started
+    steps = max(r["step"] for r in map(json.loads, (out / "metrics.jsonl").open()))
+    return {"seed": seed, "bpb": score_run(out, objective, data), "steps": steps,
+            "wall_seconds": round(wall, 1)}
+
+
+# --- the search -----------------------------------------------------------------------------
+
+def search(args) -> None:
+    data = prepared(args.shared, args.work)
+    names = args.candidates or [n for n in CANDIDATES
+                                if args.objective == "mlm" or n not in MASKED_ONLY]
+    recipes = {"baseline": BASELINES[args.objective]}
+    for name in names:
+        recipes[name] = BASELINES[args.objective].merged(CANDIDATES[name])
+    if args.combine:
+        combined = BASELINES[args.objective]
+        for name in args.combine:
+            combined = combined.merged(CANDIDATES[name])
+        recipes[" + ".join(args.combine)] = combined
+    results: dict[str, list] = {name: [] for name in recipes}
+    for round_ in range(args.seeds):
+        for name, recipe in recipes.items():
+            run = args.work / "runs" / f"{args.objective}-{name}-{round_}".replace(" ", "_")
+            result = train_and_score(recipe, args.objective, data, args.seconds, round_, run)
+            results[name].append(result)
+            print(f"round {round_}  {name:28s} {result['bpb']:.4f} bpb  "
+                  f"{result['steps']} steps  {result['wall_seconds']} s", flush=True)
+    table = summarise(results)
+    for row in table:
+        print(f"{row['candidate']:28s} {row['bpb_mean']:.4f} ± {row['bpb_sd']:.4f}  "
+              f"({row['vs_baseline']:+.4f} vs baseline)  {row['steps_mean']:.0f} steps")
+    write_results(RESULTS / f"time_to_quality_{args.objective}.json", {
+        "machine": machine(threads=int(THREADS)), "objective": args.objective,
+        "seconds_per_run": args.seconds, "seeds": args.seeds,
+        "recipes": {name: recipe.command() for name, recipe in recipes.items()},
+        "table": table, "runs": results}, args.work)
+
+
+def summarise(results: dict[str, list]) -> list[dict]:
+    base = statistics.mean(r["bpb"] for r in results["baseline"])
+    table = []
+    for name, runs in results.items():
+        scores = [r["bpb"] for r in runs]
+        table.append({"candidate": name, "bpb_mean": statistics.mean(scores),
+                      "bpb_sd": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                      "vs_baseline": statistics.mean(scores) - base,
+                      "steps_mean": statistics.mean(r["steps"] for r in runs),
+                      "wall_seconds_mean": statistics.mean(r["wall_seconds"] for r in runs)})
+    return table
+
+
+# --- against nanoGPT ------------------------------------------------------------------------
+
+def nanogpt_train(args) -> None:
+    """nanoGPT's model and optimizer on lmlab's blocks for `--minutes`; writes its curve."""
+    import importlib.util
+
+    import torch
+
+    from lmlab.data.dataset import open_dataset
+    from lmlab.data.loader import BlockBatches
+    from lmlab.presets import preset
+    from lmlab.train.budget import DEADLINE_VALIDATIONS, Deadline, deadline_eval_batches
+    from lmlab.train.schedule import Schedule
+
+    torch.manual_seed(args.seed)
+    spec = importlib.util.spec_from_file_location("nanogpt_model", args.nanogpt / "model.py")
+    nanogpt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nanogpt)
+    dataset = open_dataset(args.data)
+    special = dataset.special
+    cfg = preset(args.model, dataset.vocab_size, SEQ_LEN)
+    model = nanogpt.GPT(nanogpt.GPTConfig(
+        block_size=SEQ_LEN, vocab_size=dataset.vocab_size, n_layer=cfg.n_layers,
+        n_head=cfg.n_heads, n_embd=cfg.d_model, dropout=0.0, bias=True))
+    optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    train = BlockBatches(dataset.train, SEQ_LEN, MICRO_BATCH, "concatenate",
+                         special.padding_id, special.sep, args.seed)
+    deadline = Deadline(args.minutes, validations=DEADLINE_VALIDATIONS)
+    wrapped = NanoGPTAsLM(model)
+    # As lmlab keeps to a deadline: the step count is re-estimated after every step from the
+    # pace so far, the warm-up (5%, at most 1000 steps) fixed by the first estimate.
+    schedule = Schedule("cosine", 1000, 50, 0.1)  # until the pace is known
+    curve, step, total, eval_blocks = [], 0, None, None
+    while total is None or step < total:
+        for group in optimizer.param_groups:
+            group["lr"] = 6e-4 * schedule(step)
+        tokens = train.batch(step).tokens  # (B, T)
+        _, loss = model(tokens[:, :-1], tokens[:, 1:].contiguous())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        total = deadline.total_steps(step)
+        warmup = schedule.warmup_steps if step > 1 else min(round(0.05 * total), 1000)
+        schedule = Schedule("cosine", max(total, 1), min(warmup, total), 0.1)
+        if deadline.validation_due() or step >= total:
+            started = time.perf_counter()
+            if eval_blocks is None:  # as many as lmlab's validation reads in such a run
+                eval_blocks, bytes_per_token = validation_blocks(
+                    args.data, deadline_eval_batches(total, EVAL_MICRO_BATCHES), special)
+            bpb = bits_per_byte(wrapped, "clm", special, eval_blocks, bytes_per_token)
+            deadline.validated(started)
+            curve.append({"step": step, "seconds": time.perf_counter() - deadline.start,
+                          "bpb": bpb})
+    final_blocks, bytes_per_token = validation_blocks(args.data, EVAL_MICRO_BATCHES, special)
+    args.out.write_text(json.dumps({
+        "curve": curve, "steps": step,
+        "final_bpb": bits_per_byte(wrapped, "clm", special, final_blocks, bytes_per_token)}))
+
+
+class NanoGPTAsLM:
+    """nanoGPT's GPT answering as an lmlab model does to validation: {"lm": logits}."""
+
+    def __init__(self, model) -> None:
+        self.model, self.training = model, True
+
+    def __call__(self, input_ids, **_):
+        logits, _ = self.model(input_ids, input_ids)  # targets make it return every position
+        return {"lm": logits}
+
+    def eval(self):
+        self.model.eval()
+
+    def train(self, mode: bool = True):
+        self.model.train(mode)
+
+
+def lmlab_curve(run: Path, data: Path) -> dict:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    curve = [{"step": r["step"], "seconds": r["seconds"], "bpb": r["clm/clm_bpb"]}
+             for r in records if r["kind"] == "eval"]
+    return {"curve": curve, "steps": curve[-1]["step"],
+            "final_bpb": score_run(run, "clm", data)}
+
+
+def time_to_reach(curve: list[dict], target: float) -> float | None:
+    """Seconds at which the curve first reaches `target` bpb (linear between points)."""
+    previous = None
+    for point in curve:
+        if point["bpb"] <= target:
+            if previous is None:
+                return point["seconds"]
+            share = (previous["bpb"] - target) / (previous["bpb"] - point["bpb"])
+            return previous["seconds"] + share * (point["seconds"] - previous["seconds"])
+        previous = point
+    return None
+
+
+def versus_nanogpt(args) -> None:
+    data = prepared(args.shared, args.work)
+    runs = args.work / "versus"
+    lmlab_run = runs / "lmlab"
+    lmlab("pretrain", "--objective", "clm", "--data", data, "--minutes", args.minutes,
+          "--out", lmlab_run, "--overwrite", *(["--model", args.model] if args.model else []))
+    ours = lmlab_curve(lmlab_run, data)
+    curve_file = runs / "nanogpt.json"
+    subprocess.run([sys.executable, __file__, "nanogpt-train", "--nanogpt", args.nanogpt,
+                    "--data", data, "--minutes", str(args.nanogpt_minutes), "--out", curve_file,
+                    "--model", args.model or "gpt2-mini"],
+                   check=True, env={**os.environ, "OMP_NUM_THREADS": THREADS})
+    theirs = json.loads(curve_file.read_text())
+    reached = time_to_reach(ours["curve"], theirs["curve"][-1]["bpb"])
+    ratio = None if reached is None else theirs["curve"][-1]["seconds"] / reached
+    print(f"lmlab {args.minutes} min: {ours['final_bpb']:.4f} bpb; nanoGPT "
+          f"{args.nanogpt_minutes} min: {theirs['final_bpb']:.4f} bpb; lmlab reached nanoGPT's "
+          f"final validation in {reached} s (time ratio {ratio})")
+    stem = f"time_to_quality_nanogpt_{args.model or 'auto'}"
+    plot(ours, theirs, RESULTS / f"{stem}.png", args)
+    write_results(RESULTS / f"{stem}.json", {
+        "machine": machine(threads=int(THREADS)), "model": args.model or "auto (gpt2-mini)",
+        "lmlab_minutes": args.minutes, "nanogpt_minutes": args.nanogpt_minutes,
+        "lmlab": ours, "nanogpt": theirs, "lmlab_seconds_to_nanogpt_final": reached,
+        "time_ratio": ratio}, args.work)
+
+
+def plot(ours: dict, theirs: dict, out: Path, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for label, result in ((f"lmlab default CLM recipe ({args.minutes:g} min)", ours),
+                          (f"nanoGPT model.py + AdamW ({args.nanogpt_minutes:g} min)", theirs)):
+        axis.plot([p["seconds"] for p in result["curve"]], [p["bpb"] for p in result["curve"]],
+                  marker="o", label=label)
+    axis.set_xlabel("wall-clock seconds (2 CPU threads)")
+    axis.set_ylabel("held-out bits per byte")
+    axis.set_title(f"Time to quality on Brown + State of the Union, {args.model or 'gpt2-mini'}"
+                   " shape")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    search_parser = commands.add_parser("search")
+    search_parser.add_argument("--objective", choices=sorted(BASELINES), default="clm")
+    search_parser.add_argument("--seconds", type=float, default=90.0)
+    search_parser.add_argument("--seeds", type=int, default=3)
+    search_parser.add_argument("--candidates", nargs="*", choices=sorted(CANDIDATES))
+    search_parser.add_argument("--combine", nargs="*", choices=sorted(CANDIDATES))
+    versus = commands.add_parser("nanogpt")
+    versus.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
+    versus.add_argument("--minutes", type=float, default=10.0)
+    versus.add_argument("--nanogpt-minutes", type=float, default=20.0)
+    versus.add_argument("--model", default=None, help="a preset; none = lmlab's --model auto")
+    inner = commands.add_parser("nanogpt-train")  # one nanoGPT run, in its own process
+    inner.add_argument("--nanogpt", type=Path, required=True)
+    inner.add_argument("--data", type=Path, required=True)
+    inner.add_argument("--minutes", type=float, required=True)
+    inner.add_argument("--out", type=Path, required=True)
+    inner.add_argument("--model", default="gpt2-mini")
+    inner.add_argument("--seed", type=int, default=0)
+    for sub in (search_parser, versus):
+        sub.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+        sub.add_argument("--work", type=Path, default=Path("/tmp/lmlab-time-to-quality"))
+    args = parser.parse_args()
+    {"search": search, "nanogpt": versus_nanogpt, "nanogpt-train": nanogpt_train}[
+        args.command](args)
+
+
+if __name__ == "__main__":
+    main()
