@@ -1,6 +1,7 @@
 """A comparison's PNGs: scores against compute (or, at one budget, each objective's seeds side by
 side), a forest plot of the paired differences, a per-phenomenon minimal-pair heatmap and the
-fine-tuning runs' spread. Each objective keeps one colour in every plot."""
+fine-tuning runs' spread, with each classification probe's bag-of-words floor as a
+horizontal line. Each objective keeps one colour in every plot."""
 
 from __future__ import annotations
 
@@ -20,10 +21,20 @@ def colours(cfg: CompareConfig) -> dict[str, str]:
     return {objective: f"C{index}" for index, objective in enumerate(cfg.objectives)}
 
 
-def plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
+def floor_line(axis, floor: float | None) -> None:
+    """A probe's bag-of-words floor across the panel, in the legend."""
+    if floor is None:
+        return
+    axis.axhline(floor, color="grey", linestyle="--", linewidth=1, label="bag-of-words")
+    axis.legend(fontsize=7)
+
+
+def plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path,
+                floors: dict[str, float] | None = None) -> None:
     """One panel per measure: the score against training FLOPs with a band over pre-training
     seeds; with one budget (where every objective sits at about the same FLOPs) each
-    objective's seeds as points beside one another instead."""
+    objective's seeds as points beside one another instead. `floors`: probe measure → its
+    bag-of-words floor, drawn across its panel."""
     plt = pyplot()
     measures = sorted({r.measure for r in analysis.rows})
     columns = min(3, len(measures))
@@ -39,6 +50,7 @@ def plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
                                   key=lambda r: r.flops) for objective in cfg.objectives}
         rows = {objective: found for objective, found in rows.items() if found}
         (_seed_points if one_budget else _curves)(axis, rows, colours(cfg))
+        floor_line(axis, (floors or {}).get(measure))
         axis.ticklabel_format(axis="y", useOffset=False)
         axis.set_title(measure + ("" if measure_of(measure).higher_is_better
                                   else " (lower is better)"), fontsize=9)
@@ -132,7 +144,8 @@ def plot_phenomena(table: dict, path: Path) -> None:
     save_png(figure, path)
 
 
-def plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
+def plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path,
+                floors: dict[str, float] | None = None) -> None:
     plt = pyplot()
     full = max(cfg.fractions)
     measures = sorted({m for m, _, _ in analysis.scores if measure_of(m).kind == "probe"})
@@ -145,6 +158,7 @@ def plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path) -> None:
                          color=colour, alpha=0.7)
         axis.set_xticks(range(len(cfg.objectives)), cfg.objectives, fontsize=8)
         axis.set_title(measure, fontsize=9)
+        floor_line(axis, (floors or {}).get(measure))
     figure.suptitle("fine-tuning runs (each pre-training seed × fine-tuning seed)", fontsize=10)
     figure.tight_layout()
     save_png(figure, path)

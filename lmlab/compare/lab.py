@@ -21,6 +21,7 @@ from tqdm import tqdm
 from lmlab.atomic import make_directory, write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
 from lmlab.compare.design import CompareConfig, SubRun, sub_runs
+from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
 from lmlab.compare.subrun import complete, finished
@@ -49,12 +50,17 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     _claim(out, cfg, data)
     left = [sub for sub in subs if not finished(sub)]
     print(status_line(subs, left))
+    floors = probe_floors(cfg.probes)  # before training: a probe file that fails, fails now
     _run_all(left, cfg, data, progress)
     analysis = analyse(cfg, subs)
-    record = write_report(cfg, analysis, Path(data), out)
+    record = write_report(cfg, analysis, Path(data), out, floors)
     print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
     for line in analysis.verdict_lines:
         print(f"  {line}")
+    if floors.by_measure:
+        print("bag-of-words floors (a probe's score below its floor is a warning):")
+    for measure, floor in floors.by_measure.items():
+        print(f"  {measure}: {floor['value']:.4f} on {floor['split']}")
     print(f"report: {out / REPORT}")
     return Comparison(out, analysis, record)
 

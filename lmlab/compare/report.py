@@ -1,7 +1,7 @@
 """A comparison's report: comparison.json (config, data and code hashes, the machine's CPU,
-ledger, table, verdicts, crossovers, pairs with no common measure), the PNGs of
-lmlab.compare.figures and report.html, one self-contained page with the PNGs inlined and no
-outside address."""
+ledger, table, verdicts, crossovers, pairs with no common measure, the classification probes'
+bag-of-words floors), the PNGs of lmlab.compare.figures and report.html, one self-contained
+page with the PNGs inlined and no outside address."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lmlab.atomic import write_text_atomic
 from lmlab.compare.analysis import Analysis
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
+from lmlab.compare.floors import Floors
 from lmlab.compare.layout import RECORD, REPORT
 from lmlab.compare.measures import MINIMAL_PAIRS, pair_groups
 
@@ -53,23 +54,25 @@ def provenance(data: Path) -> dict:
             "machine": machine}
 
 
-def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path) -> dict:
+def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path,
+                 floors: Floors | None = None) -> dict:
+    floors = floors or Floors()
     record = {"config": _config_dict(cfg), **provenance(data),
               "ledger": analysis.ledger, "table": [asdict(r) for r in analysis.rows],
               "verdicts": [v.to_dict() for v in analysis.verdicts],
               "crossovers": [asdict(c) for c in analysis.crossovers],
-              "no_common_measure": analysis.apart}
+              "no_common_measure": analysis.apart, **floors.to_dict()}
     if cfg.pairs:
         record["phenomena"] = _phenomena(cfg, analysis)
     write_text_atomic(out / RECORD, json.dumps(record, indent=2))
-    plot_curves(cfg, analysis, out / "curves.png")
+    plot_curves(cfg, analysis, out / "curves.png", floors.values())
     if analysis.verdicts:
         plot_differences(analysis, out / "differences.png")
     if cfg.pairs:
         plot_phenomena(record["phenomena"], out / "phenomena.png")
     if cfg.probes:
-        plot_probes(cfg, analysis, out / "probes.png")
-    write_text_atomic(out / REPORT, _page(cfg, analysis, out, record["machine"]["cpu"]))
+        plot_probes(cfg, analysis, out / "probes.png", floors.values())
+    write_text_atomic(out / REPORT, _page(cfg, analysis, out, record["machine"]["cpu"], floors))
     return record
 
 
@@ -114,7 +117,29 @@ def _verdicts(analysis: Analysis) -> str:
             + "".join(f"<p>{html.escape(line)}.</p>" for line in analysis.apart))
 
 
-def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str) -> str:
+def _floors(cfg: CompareConfig, analysis: Analysis, floors: Floors) -> str:
+    """Each classification probe's bag-of-words floor beside every objective's score at the
+    full budget, with how to read them; or why the floors are missing."""
+    if floors.left_out:
+        return f"<h2>Bag-of-words floors</h2><p>Left out: {html.escape(floors.left_out)}.</p>"
+    if not floors.by_measure:
+        return ""
+    full = max(cfg.fractions)
+    means = {(r.measure, r.objective): r.mean for r in analysis.rows if r.fraction == full}
+    table = _table(["probe measure", "split", "bag-of-words floor", *cfg.objectives],
+                   [[measure, floor["split"], f"{floor['value']:.4g}",
+                     *(f"{means[measure, o]:.4g}" if (measure, o) in means else ""
+                       for o in cfg.objectives)]
+                    for measure, floor in floors.by_measure.items()])
+    return ("<h2>Bag-of-words floors</h2><p>Logistic regression on the tf-idf of word 1-2-grams, "
+            "fitted on each probe's training rows and scored on its scored split with the same "
+            "metric (no pre-training at all). A fine-tuned score at or below its floor means "
+            "the model learned less from the task than word counts give; a verdict between "
+            "two objectives both below it compares two failures.</p>" + table)
+
+
+def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
+          floors: Floors | None = None) -> str:
     full = max(cfg.fractions)
     scores = _table(["measure", "objective", "budget", "FLOPs", "mean", "sd over seeds"],
                     [[r.measure, r.objective, f"{r.fraction:g}", f"{r.flops:.3g}",
@@ -147,6 +172,7 @@ intervals, Holm-adjusted across every measure and pair. No side is named where t
 covers zero. Seconds in the ledger are this machine's; its CPU: {html.escape(cpu)}.</p>
 <h2>Verdicts</h2>{_verdicts(analysis)}
 <h2>Where one overtakes another</h2><ul>{crossings}</ul>
+{_floors(cfg, analysis, floors or Floors())}
 <h2>Plots</h2>{pictures}
 <h2>Scores</h2>{scores}
 <h2>Ledger</h2>{ledger}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
+from lmlab.finetune.bow_baseline import check_floor_applies
 from lmlab.finetune.traits import TASKS, task_help
 from lmlab.train.config import LoopConfig
 
@@ -56,6 +57,10 @@ class FinetuneConfig(LoopConfig):
     strict: bool = documented(False, "fail on a QA answer not found at its answer_start "
                                      "instead of skipping it")
     seeds: int = documented(1, "fine-tune this many seeds and report mean ± std")
+    baseline: Literal["none", "bow"] = documented(
+        "none", "classify, pairs: also fit a bag-of-words floor (bow: logistic regression on "
+                "tf-idf word 1-2-grams) on the same training rows, scored beside the model; "
+                "needs pip install 'lmlab[baselines]'")
     pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run: best "
                                                     "(lowest validation loss), last, or a name")
     # Fine-tuning's own defaults for shared fields.
@@ -80,6 +85,8 @@ class FinetuneConfig(LoopConfig):
             raise ValueError(f"epochs must be positive, got {self.epochs}")
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
+        if self.baseline != "none":
+            check_floor_applies(self.task, self.baseline)
         for name in ("train_where", "validation_where", "test_where"):
             where = getattr(self, name)
             if where is not None and "=" not in where:

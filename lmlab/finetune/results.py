@@ -1,7 +1,8 @@
 """What a fine-tuned run leaves for people to read: results.json (validation and test metrics
-of the best checkpoint), each split's predictions as JSON lines, what the task adds (a
-confusion matrix, CoNLL predictions), and item-scores.json: per example, the values whose mean
-is the main metric, for paired comparisons between runs."""
+of the best checkpoint, and the bag-of-words floor where one was asked for), each split's
+predictions as JSON lines, what the task adds (a confusion matrix, CoNLL predictions), and
+item-scores.json: per example, the values whose mean is the main metric, for paired
+comparisons between runs."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ ITEM_SCORES = "item-scores.json"
 
 
 def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Encoder,
-                  reading: Reading, cfg: FinetuneConfig) -> dict:
+                  reading: Reading, cfg: FinetuneConfig, baseline: dict | None = None) -> dict:
     """Score the model (its best checkpoint, loaded) on validation and test; write results,
-    predictions and plots. Returns the results."""
+    predictions and plots, with the `baseline` floor beside them when one was fitted
+    (lmlab.finetune.bow_baseline). Returns the results."""
     results = {"task": cfg.task, "attention": reading.attention, "pooling": reading.pooling,
                "main_metric": task.main_metric}
     token_types = encoder.token_types
@@ -40,6 +42,8 @@ def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Enco
         items[split] = task.item_scores(examples, predictions)
         _write_predictions(out / f"predictions-{split}.jsonl", task, predictions)
         task.report(out, split, examples, predictions)
+    if baseline is not None:
+        results["baseline"] = baseline
     write_text_atomic(out / ITEM_SCORES, json.dumps(items))
     write_text_atomic(out / RESULTS, json.dumps(results, indent=2))
     return results

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.atomic import write_text_atomic
+from lmlab.finetune.bow_baseline import floor_line
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.results import read_results
 
@@ -39,10 +40,13 @@ def seed_configs(cfg: FinetuneConfig, out: Path) -> list[FinetuneConfig]:
 
 
 def write_seed_summary(out: Path, cfg: FinetuneConfig, runs: list[Path]) -> None:
-    """OUT/seeds.json over the seeds' runs, and its main metric printed."""
+    """OUT/seeds.json over the seeds' runs (with the bag-of-words floor, the same for every
+    seed, where one was fitted), and its main metric printed."""
     results = [read_results(run) for run in runs]
     summary = {"task": cfg.task, "seeds": [cfg.seed + i for i in range(cfg.seeds)],
                "main_metric": results[0]["main_metric"], **summarise(results)}
+    if "baseline" in results[0]:
+        summary["baseline"] = results[0]["baseline"]
     write_text_atomic(out / SUMMARY, json.dumps(summary, indent=2))
     main = summary["main_metric"]
     for split in ("validation", "test"):
@@ -50,3 +54,7 @@ def write_seed_summary(out: Path, cfg: FinetuneConfig, runs: list[Path]) -> None
             found = summary[split][main]
             print(f"{split} {main}: {found['mean']:.4f} ± {found['std']:.4f} over "
                   f"{cfg.seeds} seeds")
+    if "baseline" in summary:
+        means = {split: {main: summary[split][main]["mean"]}
+                 for split in ("validation", "test") if split in summary}
+        print(floor_line(summary["baseline"], means))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lmlab.finetune.base import Task, resolve_reading
+from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, where_filter
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
@@ -97,10 +98,15 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
 def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     """Fine-tune the run at `source` as `cfg` says; returns the fine-tuned run directory
     (with several seeds, the directory holding one run per seed and their summary)."""
+    if cfg.baseline != "none":
+        require_scikit_learn(f"--baseline {cfg.baseline}")  # before any work
     if cfg.seeds == 1:
-        return _finetune_one(source, cfg)
+        return _finetune_one(source, cfg)[0]
     out = _out_dir(cfg)
-    runs = [_finetune_one(source, seed_cfg) for seed_cfg in seed_configs(cfg, out)]
+    runs, floor = [], None
+    for seed_cfg in seed_configs(cfg, out):  # the floor, the same for every seed, fitted once
+        run, floor = _finetune_one(source, seed_cfg, floor)
+        runs.append(run)
     write_seed_summary(out, cfg, runs)
     return out
 
@@ -109,8 +115,10 @@ def _out_dir(cfg: FinetuneConfig) -> Path:
     return Path(cfg.out or f"runs/finetune-{cfg.task}")
 
 
-def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
-    """One fine-tuning run of `cfg.seed`."""
+def _finetune_one(source: str | Path, cfg: FinetuneConfig,
+                  floor: dict | None = None) -> tuple[Path, dict | None]:
+    """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
+    for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
@@ -152,10 +160,12 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig) -> Path:
     run_training(training)
     if env.is_main:
         load_checkpoint(pick_checkpoint(out, "best"), model)
-        print(_summary(write_results(out, model, task, splits, encoder, reading, cfg),
+        if cfg.baseline != "none" and floor is None:
+            floor = fit_floor(cfg, splits)
+        print(_summary(write_results(out, model, task, splits, encoder, reading, cfg, floor),
                        task.main_metric))
     distributed.teardown()
-    return out
+    return out, floor
 
 
 def _load_pretrained(source: str | Path, cfg: FinetuneConfig) -> Run:
@@ -193,4 +203,5 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
 
 def _summary(results: dict, metric: str) -> str:
     return (f"best validation {metric}: {results['validation'][metric]:.4f}"
-            + (f"; test {metric}: {results['test'][metric]:.4f}" if "test" in results else ""))
+            + (f"; test {metric}: {results['test'][metric]:.4f}" if "test" in results else "")
+            + (f"\n{floor_line(results['baseline'], results)}" if "baseline" in results else ""))

@@ -39,14 +39,20 @@ def _installed(module: str) -> bool:
         return False
 
 
+def require_extra(module: str, extra: str, needed_by: str, package: str | None = None) -> None:
+    """Refuse `needed_by` in one line, naming the lmlab extra that installs it, when the
+    optional `module` (of `package`, when it is named otherwise) is missing."""
+    if not _installed(module):
+        raise ValueError(f"{needed_by} needs the {package or module} package: "
+                         f"pip install 'lmlab[{extra}]'")
+
+
 def require_trackers(report_to: str | None) -> tuple[str, ...]:
     """The trackers `report_to` names, each refused in one line, before anything is written,
     when its package is missing."""
     names = trackers_named(report_to)
     for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
-        if not _installed(name):
-            raise ValueError(f"--report-to {name} needs the {name} package: "
-                             f"pip install 'lmlab[{name}]'")
+        require_extra(name, name, f"--report-to {name}")
     return names
 
 

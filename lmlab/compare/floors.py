@@ -1,0 +1,63 @@
+"""The bag-of-words floor of each classification probe of a comparison
+(lmlab.finetune.bow_baseline): fitted once per probe on its training rows and scored on its
+scored split, since it does not depend on any pre-trained model. Where scikit-learn is
+missing the floors are left out, said in one line: a comparison does not fail for an optional
+extra."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lmlab.compare.design import Probe
+from lmlab.compare.measures import probe_measure
+
+
+@dataclass
+class Floors:
+    by_measure: dict[str, dict] = field(default_factory=dict)  # probe measure → its floor
+    left_out: str | None = None  # why probes that have a floor have none here
+
+    def values(self) -> dict[str, float]:
+        """Probe measure → the floor's score on the probe's scored split."""
+        return {measure: floor["value"] for measure, floor in self.by_measure.items()}
+
+    def to_dict(self) -> dict:
+        return {"baselines": self.by_measure,
+                **({"baselines_left_out": self.left_out} if self.left_out else {})}
+
+
+def probe_config(probe: Probe):
+    """The fine-tuning config of `probe`, as its sub-runs are fine-tuned with."""
+    from lmlab.config.parsing import resolve_config
+    from lmlab.finetune.config import FinetuneConfig
+
+    fields = {"task": probe.task, "train": probe.train, "validation": probe.validation,
+              "test": probe.test}
+    return resolve_config(Path(probe.config) if probe.config else None, fields,
+                          FinetuneConfig)
+
+
+def probe_floors(probes: Sequence[Probe]) -> Floors:
+    """The bag-of-words floor of every probe whose task has one."""
+    from lmlab.finetune.bow_baseline import NAME, applies, floor_of_config, require_scikit_learn
+
+    wanted = [probe for probe in probes if applies(probe.task)]
+    if not wanted:
+        return Floors()
+    names = "probe" + "s" * (len(wanted) > 1) + " " + ", ".join(p.name for p in wanted)
+    try:
+        require_scikit_learn(f"the {NAME} floor of {names}")
+    except ValueError as missing:
+        print(f"{missing}; left out of the comparison", file=sys.stderr)
+        return Floors(left_out=str(missing))
+    found = {}
+    for probe in wanted:
+        floor = floor_of_config(probe_config(probe))
+        metric, split = floor["main_metric"], probe.scored_split
+        found[probe_measure(probe.name, metric)] = {
+            "probe": probe.name, "split": split, "metric": metric,
+            "value": floor[split][metric], "floor": floor}
+    return Floors(found)
