@@ -140,13 +140,19 @@ def score_run(run: Path, objective_name: str, data: Path) -> float:
 
 def train_and_score(recipe: Recipe, objective: str, data: Path, seconds: float, seed: int,
                     out: Path) -> dict:
+    """The run's score, kept beside it: a search started again reuses the runs it finished."""
+    kept = out / "time_to_quality.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
     started = time.perf_counter()
     lmlab("pretrain", "--objective", objective, "--data", data, "--minutes", seconds / 60,
           "--seed", seed, "--out", out, "--overwrite", *recipe.command())
     wall = time.perf_counter() - started
     steps = max(r["step"] for r in map(json.loads, (out / "metrics.jsonl").open()))
-    return {"seed": seed, "bpb": score_run(out, objective, data), "steps": steps,
-            "wall_seconds": round(wall, 1)}
+    result = {"seed": seed, "bpb": score_run(out, objective, data), "steps": steps,
+              "wall_seconds": round(wall, 1)}
+    kept.write_text(json.dumps(result))
+    return result
 
 
 # --- the search -----------------------------------------------------------------------------
@@ -175,7 +181,7 @@ def search(args) -> None:
     for row in table:
         print(f"{row['candidate']:28s} {row['bpb_mean']:.4f} ± {row['bpb_sd']:.4f}  "
               f"({row['vs_baseline']:+.4f} vs baseline)  {row['steps_mean']:.0f} steps")
-    write_results(RESULTS / f"time_to_quality_{args.objective}.json", {
+    write_results(args.out or RESULTS / f"time_to_quality_{args.objective}.json", {
         "machine": machine(threads=int(THREADS)), "objective": args.objective,
         "seconds_per_run": args.seconds, "seeds": args.seeds,
         "recipes": {name: recipe.command() for name, recipe in recipes.items()},
@@ -352,6 +358,8 @@ def main() -> None:
     search_parser.add_argument("--seeds", type=int, default=3)
     search_parser.add_argument("--candidates", nargs="*", choices=sorted(CANDIDATES))
     search_parser.add_argument("--combine", nargs="*", choices=sorted(CANDIDATES))
+    search_parser.add_argument("--out", type=Path, help="the results file; default "
+                               "benchmarks/results/time_to_quality_OBJECTIVE.json")
     versus = commands.add_parser("nanogpt")
     versus.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
     versus.add_argument("--minutes", type=float, default=10.0)

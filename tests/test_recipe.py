@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from lmlab import LanguageModel, MaskSpec, preset
 from lmlab.config import ModelConfig
 from lmlab.train.config import TrainConfig
-from lmlab.train.optim import Optimizers, hidden_matrices, make_optimizer
+from lmlab.train.optim import Muon, Optimizers, hidden_matrices, make_optimizer
 from lmlab.train.step import guarded_update
 
 CAUSAL = MaskSpec("causal")
@@ -144,3 +144,22 @@ def test_muon_where_it_cannot_run_is_refused_in_one_line(setting):
     with pytest.raises(ValueError, match="--optimizer muon works with DDP") as error:
         TrainConfig(optimizer="muon", **setting)
     assert "\n" not in str(error.value)
+
+
+def test_muon_on_the_cpu_takes_torchs_steps_in_fp32():
+    torch.manual_seed(0)
+    ours = torch.nn.Parameter(torch.randn(48, 80))
+    theirs = torch.nn.Parameter(ours.detach().clone())
+    reference = torch.optim.Muon([theirs], lr=1e-2, weight_decay=0.1,
+                                 adjust_lr_fn="match_rms_adamw")  # orthogonalises in bf16
+    optimizer = Muon([ours], lr=1e-2, weight_decay=0.1)
+    start = ours.detach().clone()
+    for _ in range(3):
+        gradient = torch.randn(48, 80)
+        ours.grad, theirs.grad = gradient.clone(), gradient.clone()
+        optimizer.step()
+        reference.step()
+    moved = (theirs - start).abs().max()
+    assert moved > 1e-2  # the steps did something
+    torch.testing.assert_close(ours, theirs, atol=0.02 * moved.item(), rtol=0)
+    assert optimizer.state_dict()["state"][0].keys() == {"momentum_buffer"}

@@ -58,6 +58,49 @@ class Optimizers:
             part.load_state_dict(saved)
 
 
+class Muon(torch.optim.Muon):
+    """torch.optim.Muon, with the orthogonalisation in fp32 on the CPU: torch's runs in bf16,
+    which CPUs without bf16 matrix units multiply several times slower than fp32 (measured on
+    2 AMD EPYC cores: a reference CLM step took 2.7 times as long). Elsewhere it is torch's
+    step, with its update scaled to AdamW's size ("match_rms_adamw", Liu et al. 2025)."""
+
+    def __init__(self, params, lr: float, weight_decay: float) -> None:
+        super().__init__(params, lr=lr, weight_decay=weight_decay,
+                         adjust_lr_fn="match_rms_adamw")
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if self.param_groups[0]["params"][0].device.type != "cpu":
+            return super().step(closure)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            momentum, lr = group["momentum"], group["lr"]
+            for param in params:
+                state = self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(param)
+                buffer = state["momentum_buffer"].lerp_(param.grad, 1 - momentum)
+                update = param.grad.lerp(buffer, momentum) if group["nesterov"] else buffer
+                update = orthogonalised(update, group["ns_coefficients"], group["ns_steps"],
+                                        group["eps"])
+                param.mul_(1 - lr * group["weight_decay"])
+                param.add_(update, alpha=-lr * 0.2 * max(param.shape) ** 0.5)
+
+
+def orthogonalised(matrix: torch.Tensor, coefficients: tuple[float, float, float],
+                   steps: int, eps: float) -> torch.Tensor:
+    """The quintic Newton-Schulz iteration of Muon (Jordan et al. 2024) in the matrix's own
+    dtype: about U·Vᵀ of its singular value decomposition U·S·Vᵀ."""
+    a, b, c = coefficients
+    tall = matrix.shape[0] > matrix.shape[1]
+    x = matrix.T if tall else matrix
+    x = x / x.norm().clamp(min=eps)  # spectral norm at most 1
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1,
                    betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                    name: str = "adamw") -> torch.optim.Optimizer | Optimizers:
@@ -73,6 +116,5 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1,
                               eps=eps, fused=device.type in ("cuda", "cpu"))
     if name == "adamw":
         return adamw
-    muon = torch.optim.Muon([p for p in trainable if id(p) in muon_ids], lr=lr,
-                            weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
+    muon = Muon([p for p in trainable if id(p) in muon_ids], lr=lr, weight_decay=weight_decay)
     return Optimizers(adamw, muon)
