@@ -159,8 +159,8 @@ def train_and_score(recipe: Recipe, objective: str, data: Path, seconds: float, 
 
 def search(args) -> None:
     data = prepared(args.shared, args.work)
-    names = args.candidates or [n for n in CANDIDATES
-                                if args.objective == "mlm" or n not in MASKED_ONLY]
+    names = args.candidates if args.candidates is not None else [
+        n for n in CANDIDATES if args.objective == "mlm" or n not in MASKED_ONLY]
     recipes = {"baseline": BASELINES[args.objective]}
     for name in names:
         recipes[name] = BASELINES[args.objective].merged(CANDIDATES[name])
@@ -172,7 +172,8 @@ def search(args) -> None:
     results: dict[str, list] = {name: [] for name in recipes}
     for round_ in range(args.seeds):
         for name, recipe in recipes.items():
-            run = args.work / "runs" / f"{args.objective}-{name}-{round_}".replace(" ", "_")
+            run = args.work / "runs" / (f"{args.objective}-{args.seconds:g}s-{name}-{round_}"
+                                        .replace(" ", "_"))
             result = train_and_score(recipe, args.objective, data, args.seconds, round_, run)
             results[name].append(result)
             print(f"round {round_}  {name:28s} {result['bpb']:.4f} bpb  "
@@ -221,9 +222,9 @@ def nanogpt_train(args) -> None:
     spec.loader.exec_module(nanogpt)
     dataset = open_dataset(args.data)
     special = dataset.special
-    cfg = preset(args.model, dataset.vocab_size, SEQ_LEN)
+    cfg = preset(args.model, special.vocab_size, SEQ_LEN)
     model = nanogpt.GPT(nanogpt.GPTConfig(
-        block_size=SEQ_LEN, vocab_size=dataset.vocab_size, n_layer=cfg.n_layers,
+        block_size=SEQ_LEN, vocab_size=special.vocab_size, n_layer=cfg.n_layers,
         n_head=cfg.n_heads, n_embd=cfg.d_model, dropout=0.0, bias=True))
     optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
     train = BlockBatches(dataset.train, SEQ_LEN, MICRO_BATCH, "concatenate",

@@ -53,7 +53,9 @@ TOLERANCE = dict(atol=1e-5, rtol=1e-4)
 
 
 def tiny_config(family: str) -> ModelConfig:
-    return preset(f"{family}-tiny", vocab_size=VOCAB, max_seq_len=32, dropout=0.0)
+    """Tied embeddings in every family, so each table's tied keys are exercised."""
+    return preset(f"{family}-tiny", vocab_size=VOCAB, max_seq_len=32, dropout=0.0,
+                  tie_embeddings=True)
 
 
 def make_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

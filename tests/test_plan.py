@@ -92,7 +92,7 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
     result = plan("mlm", tokens=budget, data=data, sizes="tiny,mini", **FAST)
     special = open_dataset(data).special
     objective = build_objective("mlm", special)
-    assert [c.model for c in result.candidates] == ["bert-tiny", "bert-mini"]  # mlm → bert
+    assert [c.model for c in result.candidates] == ["modern-tiny", "modern-mini"]  # auto → modern
     for c in result.candidates:
         assert c.flops_per_token == objective_flops_per_token(
             preset(c.model, special.vocab_size, 32), 32, objective, 4)
@@ -119,7 +119,7 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
     assert (config.objective, config.model, config.tokens, config.seq_len, config.batch_size,
             config.data) == ("mlm", closest.model, str(budget), 32, 4, data)
     table = format_plan(result)
-    assert "bert-mini" in table and f"{closest.model} *" in table and result.command in table
+    assert "modern-mini" in table and f"{closest.model} *" in table and result.command in table
     assert "warning" not in table and "fit: loss above best" in table
     assert "compares candidates only, and is no loss a run will show" in table
 
@@ -127,15 +127,15 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
 def test_more_than_four_passes_warns_in_the_table_and_the_json(data, tmp_path, capsys):
     special = open_dataset(data).special
     share = build_objective("clm", special).predicted_fraction(4, 32)
-    per_token = flops_per_token(preset("gpt2-tiny", special.vocab_size, 32), 32, share)
-    flops = 5 * training_tokens(data) * per_token  # five passes for gpt2-tiny
+    per_token = flops_per_token(preset("modern-tiny", special.vocab_size, 32), 32, share)
+    flops = 5 * training_tokens(data) * per_token  # five passes for modern-tiny
     out = tmp_path / "plan.json"
     assert main(["plan", "--objective", "clm", "--flops", f"{flops!r}", "--data", data,
                  "--sizes", "tiny", "--seq-len", "32", "--batch-size", "4",
                  "--steps-to-time", "1", "--out", str(out)]) == 0
     saved = json.loads(out.read_text())
     (row,) = saved["candidates"]
-    assert row["model"] == "gpt2-tiny" and row["tokens"] == int(flops / per_token)
+    assert row["model"] == "modern-tiny" and row["tokens"] == int(flops / per_token)
     assert row["passes"] == pytest.approx(5, rel=1e-3)
     assert saved["budget"] == {"kind": "flops", "amount": flops}
     assert saved["fit"]["E"] == 1.8172
@@ -160,10 +160,10 @@ def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch)
     assert (mini.seconds_per_step, mini.tokens, mini.fits, mini.fit_loss_above_best) == \
         (None, 0, False, None)
     assert result.optimum.flops == tiny.tokens * tiny.flops_per_token
-    assert result.recommended == "gpt2-tiny"
+    assert result.recommended == "modern-tiny"
     # a fast machine may also warn that tiny repeats the few thousand tokens; only mini is OOM
     assert [w for w in result.warnings if "out of memory" in w] == \
-        ["gpt2-mini: out of memory at --batch-size 4 and --seq-len 32"]
+        ["modern-mini: out of memory at --batch-size 4 and --seq-len 32"]
     assert "out of memory" in format_plan(result)
 
 
@@ -193,7 +193,7 @@ def test_sizes_that_timing_would_take_past_a_share_of_the_budget_are_not_timed(d
                                       f"of the plan's 5 s for timing")
     assert "longer than the whole budget" in larger[-1].not_timed  # base
     assert "past what is left" in larger[0].not_timed  # mini
-    assert result.recommended == "gpt2-tiny"
+    assert result.recommended == "modern-tiny"
     assert "timing took" in format_plan(result) and "of the 5 s allowed" in format_plan(result)
 
 

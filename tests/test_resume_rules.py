@@ -24,7 +24,7 @@ def dataset():
 def config(tmp_path, **changes) -> TrainConfig:
     base = dict(objective="clm", model="gpt2-tiny", out=str(tmp_path / "run"), seq_len=32,
                 batch_size=8, steps=4, lr=3e-3, log_every=1, eval_every=2, checkpoint_every=2,
-                warmup_steps=1)
+                warmup_steps=1, schedule="cosine")
     return TrainConfig(**{**base, **changes})
 
 

@@ -16,7 +16,7 @@ from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import loop
 from lmlab.train import pretrain as pretraining
 from lmlab.train.metrics import read_metrics
-from lmlab.train.optim import make_optimizer
+from lmlab.train.optim import Muon, Optimizers, make_optimizer
 from lmlab.train.step import guarded_update
 from tests.synthetic_run import synthetic_dataset
 from tests.test_pretrain import config, inject_nan
@@ -86,11 +86,19 @@ def optimizer_state(optimizer):
     return [{k: v.clone() for k, v in state.items()} for state in optimizer.state.values()]
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_skipped_update_changes_no_weight_and_no_optimizer_state(fused):
+def optimizer_named(name: str, model: torch.nn.Linear):
+    if name == "fused":
+        return make_optimizer(model, lr=0.1)
+    if name == "muon":  # Muon's matrix, AdamW's bias
+        return Optimizers(Muon([model.weight], lr=0.1, weight_decay=0.1),
+                          torch.optim.AdamW([model.bias], lr=0.1, fused=True))
+    return torch.optim.AdamW(model.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("name", ["fused", "unfused", "muon"])
+def test_a_skipped_update_changes_no_weight_and_no_optimizer_state(name):
     model = torch.nn.Linear(4, 3)
-    optimizer = (make_optimizer(model, lr=0.1) if fused
-                 else torch.optim.AdamW(model.parameters(), lr=0.1))
+    optimizer = optimizer_named(name, model)
     for skip in (False, True):
         before = [p.detach().clone() for p in model.parameters()]
         moments = optimizer_state(optimizer)
@@ -101,6 +109,7 @@ def test_a_skipped_update_changes_no_weight_and_no_optimizer_state(fused):
                                                          strict=True)]
         assert changed == [not skip] * 2
     for saved, state in zip(moments, optimizer_state(optimizer), strict=True):
+        assert saved
         assert all(torch.equal(saved[k], state[k]) for k in saved)
 
 

@@ -36,6 +36,14 @@ def trackers_named(report_to: str | None) -> tuple[str, ...]:
     return names
 
 
+Optimizer = Literal["auto", "adamw", "muon"]
+OPTIMIZER_HELP = ("adamw, or muon: Muon for the blocks' weight matrices, AdamW for embeddings, "
+                  "heads, norms and biases, at the same learning rate; auto = muon where it "
+                  "runs (not with --distributed fsdp or --precision fp16), else adamw")
+ScheduleName = Literal["cosine", "linear", "constant", "wsd"]
+SCHEDULE_HELP = "learning-rate decay after warm-up (wsd = warmup-stable-decay)"
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     out: str | None = documented(None, "the run directory")
@@ -44,14 +52,11 @@ class LoopConfig:
         None, "sequences per rank and forward pass (gradient accumulation makes up the "
         "rest); none = batch size / ranks")
     lr: float = documented(1e-3, "peak learning rate")
-    schedule: Literal["cosine", "linear", "constant", "wsd"] = documented(
-        "cosine", "learning-rate decay after warm-up (wsd = warmup-stable-decay)")
+    schedule: ScheduleName = documented("cosine", SCHEDULE_HELP)
     warmup_steps: int | None = documented(None, "linear warm-up; none = 5% of the run, at "
                                                 "most 1000 steps")
     lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
-    optimizer: Literal["adamw", "muon"] = documented(
-        "adamw", "adamw, or muon: Muon for the blocks' weight matrices, AdamW for embeddings, "
-                 "heads, norms and biases, at the same learning rate")
+    optimizer: Optimizer = documented("adamw", OPTIMIZER_HELP)
     weight_decay: float = documented(0.1, "weight decay (not on norms, biases, embeddings)")
     beta2: float = documented(0.95, "AdamW's second-moment decay")
     grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
@@ -98,12 +103,23 @@ class LoopConfig:
         if self.resume and self.overwrite:
             raise ValueError("choose --resume or --overwrite, not both")
 
+    @property
+    def optimizer_name(self) -> str:
+        """The optimizer `optimizer` stands for: "auto" resolved."""
+        if self.optimizer != "auto":
+            return self.optimizer
+        return "adamw" if self.distributed == "fsdp" or self.precision == "fp16" else "muon"
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class TrainConfig(LoopConfig):
+    # Pre-training's own defaults for shared fields: what learned most in a fixed time
+    # (benchmarks/results/time_to_quality_*.json).
+    optimizer: Optimizer = documented("auto", OPTIMIZER_HELP)
+    schedule: ScheduleName = documented("wsd", SCHEDULE_HELP)
     objective: str = documented("mlm", "mlm, clm, prefix, span, mlm+nsp, mntp, "
                                        "mix:A=w,B=w, alternate:A,B@steps or "
                                        "then:A,B@fraction (A for that share of the steps, "
@@ -111,8 +127,7 @@ class TrainConfig(LoopConfig):
     data: str | None = documented(None, "a prepared dataset; none = the built-in corpus, "
                                         "prepared once")
     model: str = documented("auto", "a preset (family-size, e.g. bert-small); auto = "
-                                    "bert-mini for objectives that only read "
-                                    "bidirectionally, else gpt2-mini")
+                                    "modern-mini")
     model_overrides: dict = documented(default_factory=dict,
                                        help='model config fields as JSON, e.g. '
                                             '\'{"dropout": 0.1}\'')

@@ -98,7 +98,7 @@ def guarded_update(optimizer, scaler, skip: Tensor) -> None:
 
 
 def _step_unless(optimizer: torch.optim.Optimizer, skip: Tensor) -> None:
-    if optimizer.defaults.get("fused"):
+    if optimizer.defaults.get("fused") or getattr(optimizer, "reads_found_inf", False):
         # Fused kernels read `found_inf` on the device, as a gradient scaler hands it to them,
         # and leave weights, moments and step count untouched when it is 1.
         optimizer.found_inf, optimizer.grad_scale = skip.float(), None
