@@ -322,7 +322,8 @@ def versus_nanogpt(args) -> None:
     stem = f"time_to_quality_nanogpt_{args.model or 'auto'}"
     plot(ours, theirs, RESULTS / f"{stem}.png", args)
     write_results(RESULTS / f"{stem}.json", {
-        "machine": machine(threads=int(THREADS)), "model": args.model or "auto (gpt2-mini)",
+        "machine": machine(threads=int(THREADS)), "model": args.model or "auto",
+        "lmlab_model_config": json.loads((lmlab_run / "config.json").read_text())["model"],
         "lmlab_minutes": args.minutes, "nanogpt_minutes": args.nanogpt_minutes,
         "lmlab": ours, "nanogpt": theirs, "lmlab_seconds_to_nanogpt_final": reached,
         "time_ratio": ratio}, args.work)
@@ -341,8 +342,8 @@ def plot(ours: dict, theirs: dict, out: Path, args) -> None:
                   marker="o", label=label)
     axis.set_xlabel("wall-clock seconds (2 CPU threads)")
     axis.set_ylabel("held-out bits per byte")
-    axis.set_title(f"Time to quality on Brown + State of the Union, {args.model or 'gpt2-mini'}"
-                   " shape")
+    axis.set_title(f"Brown + State of the Union, {(args.model or 'mini').split('-')[-1]} size "
+                   "for both, same blocks", fontsize=11)
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
