@@ -146,6 +146,7 @@ def main() -> None:
                   "--overwrite", "--lr", "1e-4", "--batch-size", 32)
             found = json.loads((out / "results.json").read_text())
             found["seconds"] = round(time.perf_counter() - start, 1)
+            found["pretrain_budget"] = " ".join(map(str, pretraining.get(name, ["as given"])))
             results["runs"][f"{name}/{task}"] = found
             write_results(args.results, results, args.work)
     print(json.dumps({k: v.get("test") for k, v in results["runs"].items()}, indent=2))

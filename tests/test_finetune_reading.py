@@ -90,9 +90,11 @@ def test_what_the_pooled_position_sees_decides_the_task(setting, attention, pool
 def test_the_default_reading_follows_pretraining_and_is_recorded(objective, attention,
                                                                   pooling):
     pretrained = SimpleNamespace(objective=build_objective(objective, SPECIAL), max_seq_len=16,
-                                 model=SimpleNamespace(cfg=SimpleNamespace(dropout=0.0)))
+                                 model=SimpleNamespace(cfg=SimpleNamespace(dropout=0.0,
+                                                                           d_model=256)))
     assert resolve_reading(pretrained.objective, "auto", "auto") == Reading(attention, pooling)
     recorded = resolved(CFG, pretrained, Splits([], [], None))
     assert (recorded.attention, recorded.pooling) == (attention, pooling)
+    assert recorded.lr == pytest.approx(3e-4)  # 1e-4 × 768 / 256, recorded as used
     # An explicit choice wins; pooling left to `auto` follows the attention chosen.
     assert resolve_reading(pretrained.objective, "causal", "auto") == Reading("causal", "last")

@@ -64,7 +64,9 @@ class FinetuneConfig(LoopConfig):
     pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run: best "
                                                     "(lowest validation loss), last, or a name")
     # Fine-tuning's own defaults for shared fields.
-    lr: float = documented(1e-4, "peak learning rate")
+    lr: float | None = documented(None, "peak learning rate; none = 1e-4 × 768 / the model's "
+                                        "width: 1e-4 at base size (BERT's recipe), 3e-4 for "
+                                        "a mini model")
     schedule: Literal["cosine", "linear", "constant", "wsd"] = documented(
         "linear", "learning-rate decay after warm-up")
     lr_floor: float = documented(0.0, "final learning rate as a fraction of the peak")
@@ -91,6 +93,15 @@ class FinetuneConfig(LoopConfig):
             where = getattr(self, name)
             if where is not None and "=" not in where:
                 raise ValueError(f"{name} takes COLUMN=VALUE, got {where!r}")
+
+
+def default_lr(width: int) -> float:
+    """Fine-tuning's peak learning rate for a model `width` wide: BERT's 1e-4 at 768, higher
+    for narrower models, as Adam's step on a hidden matrix should be (Yang et al. 2022). From a
+    mini model's SST-2 fine-tuning (2-core AMD EPYC, 4,000 rows, 2 epochs): 1e-4 gave 0.685
+    dev accuracy after masked pre-training and 0.709 from random weights; 3e-4 gave 0.736 and
+    0.740."""
+    return 1e-4 * 768 / width
 
 
 def where_filter(text: str | None) -> dict[str, str] | None:

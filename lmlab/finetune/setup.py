@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lmlab.finetune.base import Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
-from lmlab.finetune.config import FinetuneConfig, where_filter
+from lmlab.finetune.config import FinetuneConfig, default_lr, where_filter
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
@@ -79,7 +79,8 @@ def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneCo
         raise FinetuneError(f"the {cfg.task} task needs at least {PAIR_OVERHEAD + 2} tokens per "
                             f"row ([CLS] A [SEP] B [SEP]); the context here is {max_len}")
     cfg = replace(cfg, attention=reading.attention, pooling=reading.pooling, max_len=max_len,
-                  dropout=pretrained.model.cfg.dropout if cfg.dropout is None else cfg.dropout)
+                  dropout=pretrained.model.cfg.dropout if cfg.dropout is None else cfg.dropout,
+                  lr=default_lr(pretrained.model.cfg.d_model) if cfg.lr is None else cfg.lr)
     return TASK_CLASSES[cfg.task].resolved(cfg, splits.train)
 
 

@@ -92,7 +92,7 @@ class LoopConfig:
         for name in ("batch_size", "eval_every", "checkpoint_every", "log_every", "patience"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not math.isfinite(self.lr) or self.lr <= 0:
+        if self.lr is not None and (not math.isfinite(self.lr) or self.lr <= 0):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
