@@ -16,12 +16,10 @@ def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
     return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
-def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
-    """The config's norm over `width` features (the model width unless given)."""
-    width = width or cfg.d_model
+def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=cfg.norm_eps)
-    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.bias)
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
 
 
 def gelu_tanh(x: Tensor) -> Tensor:

@@ -97,18 +97,23 @@ class LoopConfig:
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         trackers_named(self.report_to)
-        if self.optimizer == "muon" and (self.distributed == "fsdp" or self.precision == "fp16"):
+        if self.optimizer == "muon" and not self.muon_runs:
             raise ValueError("--optimizer muon works with DDP and fp32 or bf16; use "
                              "--optimizer adamw with --distributed fsdp or --precision fp16")
         if self.resume and self.overwrite:
             raise ValueError("choose --resume or --overwrite, not both")
 
     @property
+    def muon_runs(self) -> bool:
+        """Muon's update is neither sharded (FSDP2) nor unscaled by a loss scaler (fp16)."""
+        return self.distributed != "fsdp" and self.precision != "fp16"
+
+    @property
     def optimizer_name(self) -> str:
         """The optimizer `optimizer` stands for: "auto" resolved."""
         if self.optimizer != "auto":
             return self.optimizer
-        return "adamw" if self.distributed == "fsdp" or self.precision == "fp16" else "muon"
+        return "muon" if self.muon_runs else "adamw"
 
     def to_dict(self) -> dict:
         return asdict(self)
