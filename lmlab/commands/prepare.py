@@ -31,6 +31,18 @@ def add_prepare_command(commands) -> None:
                         help="processes cleaning and encoding side by side (the dataset is "
                              "the same for any number); default: one per core for inputs of "
                              "4 MB or more, else one")
+    scale = parser.add_argument_group("engine (docs/scale.md)")
+    scale.add_argument("--engine", choices=("builtin", "datatrove"), default="builtin",
+                       help="builtin (default): this process and --workers; datatrove: the "
+                            "same steps as a datatrove pipeline, resumable task by task, with "
+                            "datatrove's exact and MinHash dedup (pip install "
+                            "'lmlab[datatrove]')")
+    scale.add_argument("--executor", choices=("local", "ray"),
+                       help="where the datatrove tasks run: local processes (default) or the "
+                            "Ray cluster at RAY_ADDRESS (pip install 'lmlab[ray]')")
+    scale.add_argument("--tasks", type=int, metavar="N",
+                       help="datatrove tasks per parallel stage (default: one per core here, "
+                            "or per CPU of the Ray cluster)")
     reading = parser.add_argument_group("reading")
     reading.add_argument("--text-field", help="JSON field or CSV/TSV/Parquet column "
                          "(default: text)")
@@ -81,12 +93,31 @@ def prepare_command(args: argparse.Namespace) -> int:
     if "tokenizer" in fields and Path(fields["tokenizer"]).is_dir():
         fields = {"sentinels": 0, **fields, **run_tokenizer(Path(fields["tokenizer"]))}
     out = prepare(args.sources or None, args.out, recipe_file=args.recipe,
-                  workers=args.workers, **fields)
+                  workers=args.workers, engine=engine_of(args), **fields)
     print(f"dataset ready in {out} (statistics in {out / 'stats.txt'})")
     note = invalid_utf8_note(json.loads((out / "meta.json").read_text())["reading"])
     if note:
         print(note, file=sys.stderr)
     return 0
+
+
+def engine_of(args: argparse.Namespace):
+    """The datatrove engine the options ask for, or None for the built-in one."""
+    if args.engine == "builtin":
+        if args.executor or args.tasks:
+            raise ValueError("--executor and --tasks choose where --engine datatrove runs")
+        return None
+    if args.workers:
+        raise ValueError("--workers sizes the built-in engine; with --engine datatrove give "
+                         "--tasks")
+    from lmlab.extras import require_extra
+
+    require_extra("datatrove", "datatrove", "--engine datatrove")
+    if args.executor == "ray":
+        require_extra("ray", "ray", "--executor ray")
+    from lmlab.data.datatrove_prepare import Engine
+
+    return Engine(args.executor or "local", args.tasks)
 
 
 def run_tokenizer(run: Path) -> dict:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tokenizers
@@ -60,6 +61,9 @@ from lmlab.data.streaming import Progress, chunked, in_background
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
 from lmlab.version import __version__
 
+if TYPE_CHECKING:
+    from lmlab.data.datatrove_prepare import Engine
+
 FORMAT_VERSION = 2  # 2: sentence offsets, recipe record, statistics
 SPLITS = ("train", "validation")
 
@@ -78,18 +82,21 @@ class _Group:
 
 def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
             recipe_file: str | Path | None = None, workers: int | None = None,
-            **fields) -> Path:
+            engine: Engine | None = None, **fields) -> Path:
     """`lmlab prepare SOURCE... --out DIR` in Python; returns the dataset directory.
 
     `sources` are files, directories or globs, each optionally `:WEIGHT`; None takes them
     from the recipe file, and none at all means the built-in corpus. Keyword arguments are
     Recipe fields (`tokenizer="wordpiece"`, `vocab_size=16000`, `near_dedup_threshold=None`).
     `workers` processes clean and encode side by side (parallel.py; the dataset is the same
-    for any number); None: every core for inputs of a few MB or more.
+    for any number); None: every core for inputs of a few MB or more. An `engine`
+    (datatrove_prepare.Engine) runs the steps as a datatrove pipeline instead.
     """
     if sources is not None:
         fields["sources"] = [sources] if isinstance(sources, str | Path) else list(sources)
     recipe = make_recipe(recipe_file, **fields)
+    if engine is not None:
+        _check_engine_recipe(recipe)
     if not recipe.sources:
         from lmlab.data.builtin_corpus import builtin_documents
 
@@ -117,8 +124,23 @@ def prepare(sources: Sequence[str] | str | None, out: str | Path, *,
         paths.append(Path(recipe.tokenizer))
     inputs = [{"path": str(p), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
               for p in paths]
+    if engine is not None:
+        from lmlab.data.datatrove_prepare import prepare_with_datatrove
+
+        return prepare_with_datatrove([spec.pattern for spec in specs], Path(out), recipe,
+                                      inputs, engine)
     return _prepare(groups, Path(out), recipe, inputs, input_bytes,
                     worker_count(workers, input_bytes))
+
+
+def _check_engine_recipe(recipe: Recipe) -> None:
+    """What only the built-in engine does, refused before anything runs."""
+    if not recipe.sources:
+        raise DataError("--engine datatrove reads files: give SOURCE paths (the built-in "
+                        "corpus is prepared without it)")
+    if any(parse_source(source).weight is not None for source in recipe.sources):
+        raise DataError("--engine datatrove does not mix weighted sources; drop the weights "
+                        "or prepare without --engine")
 
 
 def prepare_documents(documents: Iterable[str], out: str | Path, *,
@@ -147,6 +169,18 @@ def _counted(documents: Iterable[str], stats: ReadStats) -> Iterator[str]:
 
 def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
              input_bytes: int | None, workers: int = 1) -> Path:
+    def build(work: Path) -> dict:
+        with Workers(workers) as pool:
+            return _build(groups, recipe, work, input_bytes, pool)
+
+    return make_dataset(out, recipe, inputs, build)
+
+
+def make_dataset(out: Path, recipe: Recipe, inputs: list[dict],
+                 build: Callable[[Path], dict]) -> Path:
+    """The dataset `out`: reused when complete and made from the same recipe and inputs, else
+    built by `build(work)` (which writes its files into `work` and returns the rest of
+    meta.json) and put in place."""
     make_directory(out.parent)
     # two runs started together on the built-in corpus: one prepares it, the other waits
     with only_one_process(out, f"waiting for another process preparing {out}"):
@@ -157,15 +191,14 @@ def _prepare(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict]
             raise DataError(f"{out} holds something that is not an lmlab dataset; choose "
                             "another --out or empty it")
         _remove_abandoned(out)
-        return _build_into(groups, out, recipe, inputs, input_bytes, workers)
+        return _build_into(out, recipe, inputs, build)
 
 
-def _build_into(groups: list[_Group], out: Path, recipe: Recipe, inputs: list[dict],
-                input_bytes: int | None, workers: int) -> Path:
+def _build_into(out: Path, recipe: Recipe, inputs: list[dict],
+                build: Callable[[Path], dict]) -> Path:
     work = staging_directory(out, prefix=f"{_partial_prefix(out)}{os.getpid()}-")
     try:
-        with Workers(workers) as pool:
-            built = _build(groups, recipe, work, input_bytes, pool)
+        built = build(work)
         meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
                 "inputs": inputs, **built}
         (work / "stats.txt").write_text(format_report(meta), encoding="utf-8")
@@ -240,12 +273,31 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
         tokenizer, chunks, plan, encode_bytes = _through_spills(groups, cleaned, recipe, work,
                                                                 input_bytes)
     else:
-        tokenizer = _given_tokenizer(recipe)
+        tokenizer = given_tokenizer(recipe)
         chunks = in_background(chunked(chain.from_iterable(cleaned)))
         encode_bytes = input_bytes
-    splits, token_stats = _encode(chunks, tokenizer, recipe, work, encode_bytes, workers)
+    splits, token_stats = encode_splits(chunks, tokenizer, recipe, work, encode_bytes, workers)
     for spill in work.glob("cleaned-*.jsonl"):
         spill.unlink()
+    return {**dataset_record(work, recipe, tokenizer, splits, token_stats),
+            "reading": reading_record(reading),
+            "cleaning": _combined(reports).as_dict(),
+            "cleaning_by_source": {g.name: r.as_dict() for g, r in zip(groups, reports,
+                                                                       strict=True)}
+            if weighted else None,
+            "mix": _mix_report(plan) if weighted else None}
+
+
+def reading_record(reading: ReadStats) -> dict:
+    return {"files": reading.files, "documents": reading.documents,
+            "invalid_utf8_documents": reading.invalid_utf8_documents,
+            "invalid_utf8_bytes": reading.invalid_utf8_bytes, "skipped": dict(reading.skipped)}
+
+
+def dataset_record(work: Path, recipe: Recipe, tokenizer: Tokenizer, splits: dict,
+                   token_stats: list[TokenStats]) -> dict:
+    """Save the tokenizer beside the encoded splits in `work`; meta.json's record of both.
+    Either split empty is an error: training needs both."""
     tokenizer.save(str(work / "tokenizer.json"))
     for split in SPLITS:
         if splits[split]["documents"] == 0:
@@ -255,15 +307,6 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
                             "documents or change --validation-fraction")
     special = special_tokens_of(tokenizer, names=recipe.special_tokens)
     return {
-        "reading": {"files": reading.files, "documents": reading.documents,
-                    "invalid_utf8_documents": reading.invalid_utf8_documents,
-                    "invalid_utf8_bytes": reading.invalid_utf8_bytes,
-                    "skipped": dict(reading.skipped)},
-        "cleaning": _combined(reports).as_dict(),
-        "cleaning_by_source": {g.name: r.as_dict() for g, r in zip(groups, reports,
-                                                                   strict=True)}
-        if weighted else None,
-        "mix": _mix_report(plan) if weighted else None,
         "splits": splits,
         "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
         "tokenizer": {"kind": recipe.tokenizer if recipe.trains_tokenizer else "given",
@@ -291,9 +334,9 @@ def _through_spills(groups: list[_Group], cleaned: list[Iterator[str]], recipe: 
         return mix([_read_spill(path) for path in spills], plan, recipe.seed)
 
     if recipe.trains_tokenizer:
-        tokenizer = _train(mixed(_fresh(plan)), recipe, spilled_bytes)
+        tokenizer = train_on(mixed(_fresh(plan)), recipe, spilled_bytes)
     else:
-        tokenizer = _given_tokenizer(recipe)
+        tokenizer = given_tokenizer(recipe)
     mixed_bytes = spilled_bytes * sum(s.multiplier * s.documents for s in plan) / \
         sum(counts.values())
     return tokenizer, chunked(mixed(plan)), plan, mixed_bytes
@@ -332,7 +375,7 @@ def _fresh(plan: list[MixedSource]) -> list[MixedSource]:
     return [replace(s, documents_in=0, documents_out=0) for s in plan]
 
 
-def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokenizer:
+def train_on(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokenizer:
     def training_split(progress: Progress) -> Iterator[str]:
         for chunk in chunked(documents):
             progress.update(len(chunk), sum(len(t.encode("utf-8")) for t in chunk))
@@ -343,7 +386,7 @@ def _train(documents: Iterable[str], recipe: Recipe, total_bytes: int) -> Tokeni
                                recipe.tokenizer)
 
 
-def _given_tokenizer(recipe: Recipe) -> Tokenizer:
+def given_tokenizer(recipe: Recipe) -> Tokenizer:
     return load_tokenizer(Path(recipe.tokenizer), recipe.sentinels, recipe.special_tokens)
 
 
@@ -356,7 +399,7 @@ def document_end(special: SpecialTokens) -> int:
     return ends[0]
 
 
-def _encode(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
+def encode_splits(chunks: Iterable[list[str]], tokenizer: Tokenizer, recipe: Recipe, work: Path,
             total_bytes: float | None, workers: Workers) -> tuple[dict, list[TokenStats]]:
     """Encode chunk by chunk (by `workers`) into both splits; each document's split from its
     hash."""

@@ -101,6 +101,20 @@ class TokenWriter:
         self.sentences.append(sentence_spans(starts, stops - 1, sentence_starts))
         self.num_tokens = int(stops[-1]) if len(stops) else self.num_tokens
 
+    def add_part(self, directory: Path) -> None:
+        """Append this split of a dataset part that another process encoded with the same
+        tokenizer (datatrove_prepare.py): its tokens, and its offsets moved past ours."""
+        if (Path(directory) / f"{self.split}.tokens.bin").stat().st_size == 0:
+            return  # nothing of the part fell in this split (and an empty file maps to nothing)
+        part = TokenFile(directory, self.split, self.dtype.name)
+        for start in range(0, part.num_tokens, HASH_CHUNK_BYTES):
+            data = np.asarray(part.tokens[start: start + HASH_CHUNK_BYTES]).tobytes()
+            self.file.write(data)
+            self.hash.update(data)
+        self.documents.append(np.asarray(part.spans) + self.num_tokens)
+        self.sentences.append(np.asarray(part.sentences) + self.num_tokens)
+        self.num_tokens += part.num_tokens
+
     def close(self) -> dict:
         self.file.close()
         self.documents.close()

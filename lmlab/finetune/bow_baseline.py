@@ -53,7 +53,7 @@ def check_floor_applies(task: str, baseline: str) -> None:
 def require_scikit_learn(needed_by: str = "--baseline bow") -> None:
     """Refuse in one line, naming `pip install 'lmlab[baselines]'`, when scikit-learn is
     missing."""
-    from lmlab.train.trackers import require_extra
+    from lmlab.extras import require_extra
 
     require_extra("sklearn", EXTRA, needed_by, package="scikit-learn")
 

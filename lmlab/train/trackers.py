@@ -10,13 +10,13 @@ one stream per run directory, drop the steps that are redone).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
 from pathlib import Path
 from typing import Protocol
 
+from lmlab.extras import require_extra
 from lmlab.runs.layout import CONFIG
 from lmlab.runs.schema import read_run_config
 from lmlab.train.config import trackers_named
@@ -30,21 +30,6 @@ class Tracker(Protocol):
 
     def finish(self, curves_png: Path | None) -> None:
         """The end of the run (its curves, when they were drawn)."""
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # sys.modules holds None for it: imports of it are blocked
-        return False
-
-
-def require_extra(module: str, extra: str, needed_by: str, package: str | None = None) -> None:
-    """Refuse `needed_by` in one line, naming the lmlab extra that installs it, when the
-    optional `module` (of `package`, when it is named otherwise) is missing."""
-    if not _installed(module):
-        raise ValueError(f"{needed_by} needs the {package or module} package: "
-                         f"pip install 'lmlab[{extra}]'")
 
 
 def require_trackers(report_to: str | None) -> tuple[str, ...]:

@@ -1,0 +1,297 @@
+"""`lmlab prepare --engine datatrove`: the same steps as prepare.py, as datatrove pipeline
+stages that its executors spread over tasks: processes here (local) or a Ray cluster (ray).
+
+    read and clean   N tasks  lmlab's readers and cleaning.examine: normalisation, control
+                              characters, empty documents, the quality rules
+    exact dedup      datatrove's ExactDedup stages (signature, find, filter)
+    near dedup       datatrove's MinHash stages (signature, buckets, clusters, filter), with
+                     lmlab's n-gram size, LSH bands for the threshold, and words (str.split)
+    tokenizer        1 task, when the recipe trains one: on the kept training split
+    encode           N tasks, each into its own part of the dataset (lmlab's shards)
+    merge            here: the parts end to end, then meta.json and stats.txt as prepare.py
+
+Stages work in WORK = .OUT.datatrove beside the dataset, on storage every task can reach.
+datatrove marks each finished task there, so running the same command again after an
+interruption redoes only the unfinished tasks; WORK is removed once the dataset is in place.
+
+The dataset holds the documents the built-in path keeps, except where the two dedups decide
+differently: datatrove drops every document of a MinHash cluster but one (the built-in path
+only those that match a document it kept), and puts documents of fewer words than the n-gram
+size in no cluster. Documents come in task order, not input order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmlab.data.cleaning import CleaningReport
+from lmlab.data.datatrove_steps import (
+    PARTS,
+    TOKENIZER,
+    EncodeShards,
+    Examine,
+    ReadRankFile,
+    ReadSources,
+    Tally,
+    TrainTokenizer,
+    WhitespaceWords,
+    read_counts,
+    summed,
+)
+from lmlab.data.errors import DataError
+from lmlab.data.near_dedup import lsh_bands
+from lmlab.data.prepare import SPLITS, dataset_record, given_tokenizer, make_dataset
+from lmlab.data.recipe import Recipe
+from lmlab.data.shards import TokenWriter
+from lmlab.data.stats import TokenStats
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where the stages run: `executor` with `tasks` tasks per parallel stage (None: one per
+    core of this machine, or of the Ray cluster)."""
+
+    executor: str = "local"
+    tasks: int | None = None
+
+    def __post_init__(self):
+        if self.executor not in EXECUTORS:
+            raise DataError(f"executor must be one of {', '.join(EXECUTORS)}, "
+                            f"got {self.executor!r}")
+        if self.tasks is not None and self.tasks < 1:
+            raise DataError(f"tasks must be at least 1, got {self.tasks}")
+
+    def task_count(self) -> int:
+        if self.tasks:
+            return self.tasks
+        if self.executor == "ray":
+            import ray
+
+            _connect_ray()
+            return int(ray.cluster_resources().get("CPU", 1))
+        return len(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    pipeline: list
+    tasks: int
+
+
+def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs: list[dict],
+                           engine: Engine) -> Path:
+    work = out.parent / f".{out.name}.datatrove"
+    dataset = make_dataset(out, recipe, inputs,
+                           lambda staging: _run(sources, recipe, inputs, engine, work, staging))
+    shutil.rmtree(work, ignore_errors=True)
+    return dataset
+
+
+def _run(sources: list[str], recipe: Recipe, inputs: list[dict], engine: Engine, work: Path,
+         staging: Path) -> dict:
+    tasks = engine.task_count()
+    _claim(work, {"recipe": recipe.to_dict(), "inputs": inputs, "executor": engine.executor,
+                  "tasks": tasks})
+    if not recipe.trains_tokenizer:
+        given_tokenizer(recipe).save(str(work / TOKENIZER))
+    stages = _stages(sources, recipe, str(work), tasks)
+    for number, stage in enumerate(stages, 1):
+        logs = work / "logs" / f"{number:02d}"
+        executor = _executor(engine, stage, logs)
+        done = stage.tasks - len(executor.get_incomplete_ranks())
+        print(f"stage {number}/{len(stages)}: {stage.name} ({stage.tasks} "
+              f"task{'s' if stage.tasks > 1 else ''}"
+              f"{f', {done} done before' if done else ''})", flush=True)
+        try:
+            executor.run()
+        except Exception as error:  # a task's own error, raised again by the executor
+            raise DataError(f"stage '{stage.name}' failed: {error} (the tasks' logs are in "
+                            f"{logs}/logs); run the same command again to continue") from None
+        if left := executor.get_incomplete_ranks():
+            raise DataError(f"{len(left)} of {stage.tasks} tasks of stage '{stage.name}' did "
+                            f"not finish (their logs are in {logs}/logs); run the same "
+                            "command again to continue")
+        if number == 1:
+            _check_read(str(work), sources)
+    return {**_merge(str(work), recipe, staging),
+            "engine": {"name": "datatrove", "version": _datatrove_version(),
+                       "executor": engine.executor, "tasks": tasks}}
+
+
+def _claim(work: Path, settings: dict) -> None:
+    """Start WORK, or check that the one there was started by the same command."""
+    path = work / "settings.json"
+    if path.is_file():
+        if json.loads(path.read_text()) != json.loads(json.dumps(settings)):
+            raise DataError(f"{work} holds an interrupted prepare with other settings; run "
+                            "that command again to finish it, or delete the folder")
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2))
+
+
+def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[Stage]:
+    from datatrove.pipeline.dedup.exact_dedup import (
+        ExactDedupConfig,
+        ExactDedupFilter,
+        ExactDedupSignature,
+        ExactFindDedups,
+    )
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.writers import JsonlWriter
+    from datatrove.utils.hashing import HashConfig
+
+    def writer(folder: str) -> JsonlWriter:
+        return JsonlWriter(f"{work}/{folder}", output_filename="${rank}.jsonl.gz")
+
+    cleaning = recipe.cleaning()
+    stages: list[Stage] = []
+    # the stage that writes `stream`, the documents so far; each dedup appends its signature
+    # step to it, then reads `stream` again, in the same order, to drop what it found
+    writing = Stage("read and clean", [ReadSources(sources, recipe, work),
+                                       Examine(cleaning, work), writer("cleaned")], tasks)
+    stream = "cleaned"
+
+    def dedup(label: str, signature, finding: list[Stage], drop) -> None:
+        nonlocal writing, stream
+        writing.pipeline.append(signature)
+        stages.extend([writing, *finding])
+        writing = Stage(f"{label} dedup: drop", [ReadRankFile(f"{work}/{stream}"), drop,
+                                                 Tally(label, work), writer(label)], tasks)
+        stream = label
+
+    if cleaning.exact_dedup:
+        exact = ExactDedupConfig(content_getter=_text)
+        dedup("exact", ExactDedupSignature(f"{work}/exact-signatures", exact, tasks),
+              [Stage("exact dedup: find", [ExactFindDedups(
+                  f"{work}/exact-signatures", f"{work}/exact-duplicates", exact)], tasks)],
+              ExactDedupFilter(f"{work}/exact-duplicates", exact))
+    if cleaning.near_dedup:
+        near = cleaning.near_dedup
+        bands, rows = lsh_bands(near.threshold, near.num_permutations)
+        # sha1: datatrove's default xxhash is handed str, which xxhash 3.5+ refuses
+        minhash = MinhashConfig(n_grams=near.shingle_words, num_buckets=bands,
+                                hashes_per_bucket=rows, seed=near.seed,
+                                hash_config=HashConfig(hash_fc="sha1"))
+        dedup("near", MinhashDedupSignature(f"{work}/minhash-signatures", minhash,
+                                            language=WhitespaceWords()),
+              [Stage("near dedup: buckets", [MinhashDedupBuckets(
+                  f"{work}/minhash-signatures", f"{work}/minhash-buckets", config=minhash)],
+                  bands),
+               Stage("near dedup: clusters", [MinhashDedupCluster(
+                   f"{work}/minhash-buckets", f"{work}/minhash-clusters", config=minhash)], 1)],
+              MinhashDedupFilter(f"{work}/minhash-clusters"))
+    stages.append(writing)
+    if recipe.trains_tokenizer:
+        stages.append(Stage(f"train {recipe.tokenizer} tokenizer",
+                            [TrainTokenizer(recipe, f"{work}/{stream}", work)], 1))
+    stages.append(Stage("encode", [ReadRankFile(f"{work}/{stream}"),
+                                   EncodeShards(recipe, work)], tasks))
+    return stages
+
+
+def _text(document) -> bytes:
+    return document.text.encode("utf-8")
+
+
+def _executor(engine: Engine, stage: Stage, logs: Path):
+    if engine.executor == "local":
+        from datatrove.executor import LocalPipelineExecutor
+
+        return LocalPipelineExecutor(stage.pipeline, tasks=stage.tasks,
+                                     workers=min(stage.tasks, len(os.sched_getaffinity(0))),
+                                     logging_dir=str(logs))
+    if engine.executor == "ray":
+        from datatrove.executor.ray import RayPipelineExecutor
+
+        _connect_ray()
+        return RayPipelineExecutor(stage.pipeline, tasks=stage.tasks, logging_dir=str(logs),
+                                   cpus_per_task=1)
+
+
+def _connect_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS", "auto")
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except ConnectionError as error:
+        raise DataError(f"no Ray cluster at {address} ({error}); start one (ray start "
+                        "--head) or set RAY_ADDRESS") from None
+
+
+def _check_read(work: str, sources: list[str]) -> None:
+    if summed(read_counts(work, "read")).get("documents", 0) == 0:
+        raise DataError(f"{' '.join(sources)}: the corpus is empty (no documents)")
+
+
+def _merge(work: str, recipe: Recipe, staging: Path) -> dict:
+    """The tasks' parts end to end in `staging`, and the rest of meta.json."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(f"{work}/{TOKENIZER}")
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    parts = sorted((Path(work) / PARTS).iterdir())
+    splits, token_stats = {}, []
+    for split in SPLITS:
+        writer = TokenWriter(staging, split, vocab_size)
+        stats = TokenStats(vocab_size)
+        for part in parts:
+            writer.add_part(part)
+            with np.load(part / "stats.npz") as saved:
+                stats.frequencies += saved[f"{split}_frequencies"]
+                stats.length_buckets += saved[f"{split}_length_buckets"]
+        size = sum(json.loads((part / "splits.json").read_text())[split]["bytes"]
+                   for part in parts)
+        splits[split] = {**writer.close(), "bytes": size}
+        token_stats.append(stats)
+    return {**dataset_record(staging, recipe, tokenizer, splits, token_stats),
+            "reading": _reading(work), "cleaning": _cleaning(work).as_dict(),
+            "cleaning_by_source": None, "mix": None}
+
+
+def _reading(work: str) -> dict:
+    read = summed(read_counts(work, "read"))
+    return {"files": read.get("files", 0), "documents": read.get("documents", 0),
+            "invalid_utf8_documents": read.get("invalid_utf8_documents", 0),
+            "invalid_utf8_bytes": read.get("invalid_utf8_bytes", 0),
+            "skipped": read.get("skipped", {})}
+
+
+def _cleaning(work: str) -> CleaningReport:
+    from collections import Counter
+
+    examined = summed(read_counts(work, "examine"))
+    report = CleaningReport(**{**examined,
+                               "quality_rejected": Counter(examined["quality_rejected"])})
+    admitted = report.documents_in - report.empty - sum(report.quality_rejected.values())
+    exact = summed(read_counts(work, "exact")).get("documents", admitted)
+    near = summed(read_counts(work, "near")).get("documents", exact)
+    report.exact_duplicates, report.near_duplicates = admitted - exact, exact - near
+    report.documents_out = near
+    if near == 0:
+        raise DataError(f"no documents left after cleaning ({report.documents_in} in)")
+    return report
+
+
+def _datatrove_version() -> str:
+    from importlib.metadata import version
+
+    return version("datatrove")
