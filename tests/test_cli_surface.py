@@ -12,10 +12,11 @@ from lmlab.objectives.registry import objective_names
 from lmlab.presets import preset_names
 
 SURFACE = {
-    "compare": ["--batch-size", "--budget", "--data", "--eval-tokens", "--fractions", "--help",
-                "--lr", "--match", "--model", "--objectives", "--out", "--pairs", "--precision",
-                "--probe", "--probe-epochs", "--probe-lr", "--probe-seeds", "--report-to",
-                "--seeds", "--seq-len", "--workers"],
+    "compare": ["--batch-size", "--budget", "--cluster", "--cpus-per-run", "--data",
+                "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--lr", "--match",
+                "--model", "--objectives", "--out", "--pairs", "--precision", "--probe",
+                "--probe-epochs", "--probe-lr", "--probe-seeds", "--report-to", "--seeds",
+                "--seq-len", "--workers"],
     "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
               "--no-normalize", "--normalize", "--out", "--pooling", "--threads"],
     "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lmlab.command_line import add_command
-from lmlab.compare.design import MATCHES
+from lmlab.compare.design import CLUSTERS, MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
@@ -108,6 +108,16 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="runs/compare", help="the comparison directory")
     parser.add_argument("--workers", type=int, default=1,
                         help="sub-runs trained side by side, each in its own process")
+    parser.add_argument("--cluster", default="local", choices=CLUSTERS,
+                        help="where sub-runs train: local (this machine, --workers at a time) "
+                             "or ray (a task each on the Ray cluster at RAY_ADDRESS; every "
+                             "node must see --out, --data and the probe files at the same "
+                             "paths)")
+    parser.add_argument("--cpus-per-run", type=int, default=1,
+                        help="with --cluster ray: CPUs (and torch threads) each sub-run holds")
+    parser.add_argument("--gpus-per-run", type=int, default=0,
+                        help="with --cluster ray: GPUs each sub-run holds; more than one "
+                             "pre-trains it as a torchrun job on its node, a rank per GPU")
     add_config_options(parser, {"report_to": field_specs(TrainConfig)["report_to"]})
 
 
@@ -118,7 +128,8 @@ def compare_command(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in (
         "data", "match", "fractions", "seeds", "model", "seq_len", "batch_size", "lr",
         "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
-        "eval_tokens", "out", "workers", "report_to")}
+        "eval_tokens", "out", "workers", "report_to", "cluster", "cpus_per_run",
+        "gpus_per_run")}
     compare(CompareConfig.of(args.objectives, budget=args.budget, **options))
     return 0
 

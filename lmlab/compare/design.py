@@ -25,6 +25,7 @@ Match = Literal["flops", "tokens", "steps", "time"]
 MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
 BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps": "steps",
                 "time": "minutes"}
+CLUSTERS: tuple[str, ...] = ("local", "ray")  # where sub-runs train (lmlab.compare.cluster)
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,11 @@ class CompareConfig:
     pairs: tuple[str, ...] = ()  # minimal-pair (BLiMP-format) files or directories
     eval_tokens: int = 100_000  # held-out tokens scored for bits per byte
     out: str = "runs/compare"
-    workers: int = 1
+    workers: int = 1  # --cluster local: sub-runs trained side by side
     report_to: str | None = None  # trackers every sub-run's trainings report to
+    cluster: str = "local"
+    cpus_per_run: int = 1  # --cluster ray: what each sub-run's task holds on its node
+    gpus_per_run: int = 0
 
     def __post_init__(self) -> None:
         from lmlab.train.trackers import require_trackers
@@ -134,6 +138,30 @@ class CompareConfig:
             raise ValueError("two probes share a name")
         self.amount  # noqa: B018 — a budget that does not parse fails here, before any run
         require_trackers(self.report_to)
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        from lmlab.extras import require_extra
+
+        if self.cluster not in CLUSTERS:
+            raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}; got "
+                             f"{self.cluster!r}")
+        if self.cpus_per_run < 1 or self.gpus_per_run < 0:
+            raise ValueError(f"--cpus-per-run must be at least 1 and --gpus-per-run at least "
+                             f"0; got {self.cpus_per_run} and {self.gpus_per_run}")
+        if self.cluster == "local":
+            if (self.cpus_per_run, self.gpus_per_run) != (1, 0):
+                raise ValueError("--cpus-per-run and --gpus-per-run are what each sub-run asks "
+                                 "of a Ray cluster: add --cluster ray (on this machine, "
+                                 "--workers N trains N side by side)")
+            return
+        if self.workers != 1:
+            raise ValueError("--workers is for --cluster local; on Ray, --cpus-per-run and "
+                             "--gpus-per-run decide how many sub-runs train at once")
+        if self.gpus_per_run > 1 and self.batch_size % self.gpus_per_run:
+            raise ValueError(f"--batch-size {self.batch_size} does not split evenly over "
+                             f"--gpus-per-run {self.gpus_per_run} ranks")
+        require_extra("ray", "ray", "--cluster ray")
 
     @property
     def amount(self) -> float:

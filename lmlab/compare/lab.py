@@ -28,7 +28,7 @@ from lmlab.compare.subrun import complete, finished
 from lmlab.data.dataset import open_or_prepare
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
-FREE_FIELDS = ("workers", "out", "report_to")
+FREE_FIELDS = ("workers", "out", "report_to", "cluster", "cpus_per_run", "gpus_per_run")
 
 
 @dataclass
@@ -101,21 +101,25 @@ def _design_fields(cfg: CompareConfig) -> dict:
 
 
 def _run_all(left: list[SubRun], cfg: CompareConfig, data: str, progress: bool) -> None:
-    bar = tqdm(total=len(left), desc="comparison", unit="run", disable=not progress)
-    if cfg.workers == 1 or len(left) <= 1:
-        for sub in left:
-            bar.set_postfix_str(f"{sub.objective} budget {sub.fraction:g} seed {sub.seed}")
-            complete(sub, cfg, data)
-            bar.update()
-    else:
-        threads = max(1, (os.cpu_count() or 1) // cfg.workers)
-        with ProcessPoolExecutor(cfg.workers, mp_context=get_context("spawn"),
-                                 initializer=_set_threads, initargs=(threads,)) as pool:
-            futures = [pool.submit(complete, sub, cfg, data) for sub in left]
-            for future in futures:
-                future.result()
+    # closed however it ends, so that an error starts a line of its own
+    with tqdm(total=len(left), desc="comparison", unit="run", disable=not progress) as bar:
+        if cfg.cluster == "ray" and left:
+            from lmlab.compare.cluster import run_on_ray
+
+            run_on_ray(left, cfg, data, bar)
+        elif cfg.workers == 1 or len(left) <= 1:
+            for sub in left:
+                bar.set_postfix_str(f"{sub.objective} budget {sub.fraction:g} seed {sub.seed}")
+                complete(sub, cfg, data)
                 bar.update()
-    bar.close()
+        else:
+            threads = max(1, (os.cpu_count() or 1) // cfg.workers)
+            with ProcessPoolExecutor(cfg.workers, mp_context=get_context("spawn"),
+                                     initializer=_set_threads, initargs=(threads,)) as pool:
+                futures = [pool.submit(complete, sub, cfg, data) for sub in left]
+                for future in futures:
+                    future.result()
+                    bar.update()
 
 
 def _set_threads(threads: int) -> None:

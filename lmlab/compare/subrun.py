@@ -9,6 +9,8 @@ interrupted after a checkpoint continues from it, so re-running a comparison red
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -49,10 +51,11 @@ def read_ledger(sub: SubRun) -> dict:
             "predictions": steps * sub.predictions_per_step, "seconds": spent["seconds"]}
 
 
-def complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
-    """Pre-train `sub` unless that is done, then score it."""
+def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None:
+    """Pre-train `sub` unless that is done, in `ranks` processes (more than one: a torchrun job
+    on this machine, one per GPU), then score it."""
     if not (sub.out / PRETRAINED).is_file():
-        _pretrain(sub, cfg, data)
+        _pretrain(sub, cfg, data, ranks)
     from lmlab.runs.run import load_run
 
     run = load_run(sub.out, "last")
@@ -68,7 +71,7 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
         np.savez(file, **scores)
 
 
-def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
+def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
     from lmlab.train.pretrain import pretrain_with_settings
 
     started = time.perf_counter()
@@ -76,16 +79,40 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str) -> None:
     budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
     # one validation and one checkpoint at the end: equal compute, nothing spent between
     every = sub.steps or 10**9
-    pretrain_with_settings(None, dict(
+    fields = dict(
         objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
         batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision, seed=sub.seed,
         out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,
         report_to=cfg.report_to,
-        resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget))
+        resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget)
+    if ranks > 1:
+        _torchrun(fields, ranks)
+    else:
+        pretrain_with_settings(None, fields)
     last = list_checkpoints(sub.out / "checkpoints")[-1]
     steps = int(last.name.removeprefix(PREFIX))
     write_text_atomic(sub.out / PRETRAINED, json.dumps(
         {"steps": steps, "seconds": time.perf_counter() - started}))
+
+
+def _torchrun(fields: dict, ranks: int) -> None:
+    """`lmlab pretrain` with `fields` as options, under torchrun in `ranks` processes on this
+    machine (its own rendezvous, so several can share a node)."""
+    from lmlab.config.options import flag
+    from lmlab.train.loop import TrainingError
+
+    options = []
+    for name, value in fields.items():  # a switch when true; left out when false or unset
+        if value is True:
+            options.append(flag(name))
+        elif value is not None and value is not False:
+            options += [flag(name), str(value)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+               str(ranks), "-m", "lmlab", "pretrain", *options]
+    code = subprocess.run(command).returncode
+    if code:
+        raise TrainingError(f"pre-training {fields['out']} under torchrun exited {code}; its "
+                            f"ranks' output above says why")
 
 
 def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray]]:

@@ -43,6 +43,9 @@ class DamagedCheckpoint(CheckpointError):
         self.checkpoint, self.problem = checkpoint, problem
         super().__init__(self.advised("--checkpoint"))
 
+    def __reduce__(self):  # whole across processes (compare's workers and Ray tasks)
+        return type(self), (self.checkpoint, self.problem)
+
     def advised(self, option: str) -> str:
         """The message, advising the previous checkpoint through the command's `option`."""
         earlier = previous_checkpoint(self.checkpoint)
