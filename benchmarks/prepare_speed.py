@@ -11,7 +11,9 @@ sentence counts: real sentences, but documents that are neither exact nor near d
                  process (workers=1) and with a worker per core (the default), against raw
                  `Tokenizer.encode_batch` of the same text, same chunks, same tokenizer, same
                  cores: wall time, CPU time (worker processes included) over wall time, and
-                 tokens per second; and prepare training its own tokenizer
+                 tokens per second; the same prepare on the datatrove engine (local executor,
+                 a task per core) when datatrove is installed; and prepare training its own
+                 tokenizer
     memory       peak RSS of prepare and of the reading side (300 batches of 32 x 128) for
                  1x (2.5 MB) and 20x (50 MB) input: the peak during the work (VmHWM reset
                  after the imports) and the whole process's peak
@@ -23,11 +25,13 @@ between the contenders and report the median of the repeats.
     python benchmarks/prepare_speed.py             # about 10 minutes on 2 cores
     python benchmarks/prepare_speed.py --mb 20     # a smaller corpus (results say its size)
     python benchmarks/prepare_speed.py --quick     # a smoke run on small inputs
+    python benchmarks/prepare_speed.py --throughput-only   # the engines' speed alone
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -43,6 +47,7 @@ import numpy as np
 from record import SHARED, machine, write_results
 
 CORPORA = SHARED / "data" / "corpora"
+DATATROVE = importlib.util.find_spec("datatrove") is not None  # the engine's row, when installed
 RESULTS = Path(__file__).with_name("results") / "prepare_speed.json"
 
 
@@ -107,9 +112,16 @@ def cpu_seconds() -> float:
 def begin() -> tuple[float, float]:
     """Start a measurement: reset the peak RSS (Linux keeps it in VmHWM), so that the import
     of torch and friends, which peaks higher than it stays, does not hide the work's peak."""
+    global MACHINE_CPU_BEFORE
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+    MACHINE_CPU_BEFORE = machine_cpu_seconds()
     return time.perf_counter(), cpu_seconds()
+
+
+# The machine's CPU time when the work began: datatrove's task processes are children of its
+# fork server, not of this process, so only the machine's count sees their CPU time.
+MACHINE_CPU_BEFORE = 0.0
 
 
 def work_peak_rss_mb() -> float:
@@ -134,10 +146,17 @@ def child(task: str, args: dict) -> dict:
             tokens += sum(len(e.ids) for e in encodings)
         result = {"seconds": time.perf_counter() - start, "tokens": tokens}
     elif task == "prepare":
+        from lmlab.data.prepare import prepare
+
+        engine = None
+        if args.get("engine"):
+            from lmlab.data.datatrove_prepare import Engine
+
+            engine = Engine(**args["engine"])
         shutil.rmtree(args["out"], ignore_errors=True)
         start, cpu_before = begin()
-        lmlab.data.prepare([args["corpus"]], args["out"], workers=args.get("workers"),
-                           **args["recipe"])
+        prepare([args["corpus"]], args["out"], workers=args.get("workers"), engine=engine,
+                **args["recipe"])
         result = {"seconds": time.perf_counter() - start}
         meta = json.loads((Path(args["out"]) / "meta.json").read_text())
         result["tokens"] = sum(s["tokens"] for s in meta["splits"].values())
@@ -167,6 +186,7 @@ def child(task: str, args: dict) -> dict:
     else:
         raise ValueError(task)
     result["cpu_seconds"] = cpu_seconds() - cpu_before
+    result["machine_cpu_seconds"] = machine_cpu_seconds() - MACHINE_CPU_BEFORE
     result["work_peak_rss_mb"] = work_peak_rss_mb()
     result["process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["largest_child_peak_rss_mb"] = \
@@ -224,6 +244,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--mb", type=float, default=50.0, help="corpus size in MB of text")
+    parser.add_argument("--throughput-only", action="store_true",
+                        help="only the throughput rows, written to prepare_speed_throughput.json")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
@@ -244,6 +266,8 @@ def main() -> None:
         tokenizer = str(work / "trained" / "tokenizer.json")
         given = {"tokenizer": tokenizer, "validation_fraction": 0.1}
         runs: dict[str, list] = {"raw_encode": [], "prepare_one_process": [], "prepare": []}
+        if DATATROVE:
+            runs["prepare_datatrove_local"] = []
         for _ in range(options.repeats):
             runs["raw_encode"].append(measure("raw_encode", corpus=big["path"],
                                               tokenizer=tokenizer))
@@ -251,6 +275,10 @@ def main() -> None:
                 "prepare", corpus=big["path"], out=str(work / "given"), recipe=given, workers=1))
             runs["prepare"].append(measure("prepare", corpus=big["path"],
                                            out=str(work / "given"), recipe=given))
+            if DATATROVE:  # a task per core, as the built-in default has a worker per core
+                runs["prepare_datatrove_local"].append(measure(
+                    "prepare", corpus=big["path"], out=str(work / "given"), recipe=given,
+                    engine={"executor": "local"}))
         mb = big["text_bytes"] / 1e6
         speed = {name: mb / statistics.median(r["seconds"] for r in rs)
                  for name, rs in runs.items()}
@@ -275,6 +303,10 @@ def main() -> None:
             # CPU time over wall time: 2 on 2 cores kept busy
             "cpu_over_wall": {name: statistics.median(r["cpu_seconds"] / r["seconds"]
                                                       for r in rs) for name, rs in runs.items()},
+            # the same from the machine's count: every process, datatrove's tasks included
+            "machine_cpu_over_wall": {
+                name: statistics.median(r["machine_cpu_seconds"] / r["seconds"] for r in rs)
+                for name, rs in runs.items()},
             "tokens_per_s": {name: statistics.median(r["tokens"] / r["seconds"] for r in rs)
                              for name, rs in runs.items()},
             "others_cpu_seconds": {name: statistics.median(r["others_cpu_seconds"] for r in rs)
@@ -284,6 +316,9 @@ def main() -> None:
         }
         print(json.dumps({k: v for k, v in results["throughput"].items()
                           if k not in ("runs", "training_run")}, indent=1))
+        if options.throughput_only:
+            return finish(results, options, work, RESULTS.with_name(
+                "prepare_speed_throughput.json"))
 
         memory = {}
         for size, corpus in (("1x", small), ("20x", big)):
@@ -310,10 +345,15 @@ def main() -> None:
         print(json.dumps(results["near_dedup"], indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    finish(results, options, work, RESULTS)
+
+
+def finish(results: dict, options: argparse.Namespace, work: Path, path: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)
     results["load_average_at_end"] = os.getloadavg()
     if not options.quick:
-        write_results(RESULTS, results, work)
-        print(f"written to {RESULTS}")
+        write_results(path, results, work)
+        print(f"written to {path}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def add_prepare_command(commands) -> None:
                         help="processes cleaning and encoding side by side (the dataset is "
                              "the same for any number); default: one per core for inputs of "
                              "4 MB or more, else one")
-    scale = parser.add_argument_group("engine (docs/scale.md)")
+    scale = parser.add_argument_group("engine (docs/prepare.md)")
     scale.add_argument("--engine", choices=("builtin", "datatrove"), default="builtin",
                        help="builtin (default): this process and --workers; datatrove: the "
                             "same steps as a datatrove pipeline, resumable task by task, with "
