@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from lmlab.objectives import SpecialTokens
+from tests.ray_cluster import ray_address  # noqa: F401 — a local Ray cluster, for any test
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ they would on a real cluster. Ray's own test cluster (ray.cluster_utils.Cluster)
 once per test session and stops the processes it started, and only those (`ray stop` would
 stop every Ray instance of the machine's user).
 
-Use it by importing the fixture: `from tests.ray_cluster import ray_address  # noqa: F401`,
-then take `ray_address` (the head's address, for RAY_ADDRESS or ray.init) as an argument."""
+tests/conftest.py offers the fixture to every test: take `ray_address` (the head's address,
+for RAY_ADDRESS or ray.init) as an argument."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from lmlab.compare.design import sub_runs
 from lmlab.compare.subrun import complete, read_ledger, read_scores
 from lmlab.data.dataset import open_dataset
 from tests.cli_process import ENV, ROOT, free_port, lmlab
-from tests.ray_cluster import ray_address  # noqa: F401 — the local cluster
 from tests.test_compare import design, world  # noqa: F401 — the synthetic language
 
 

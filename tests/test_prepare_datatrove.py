@@ -1,7 +1,8 @@
 """`lmlab prepare --engine datatrove`: on a corpus with planted exact and near duplicates it
 keeps the documents the built-in path keeps, up to near-duplicates the two MinHash families
 catch differently, and trains to the same loss; an interrupted prepare resumes without
-redoing finished tasks; what only the built-in engine does is refused in one line."""
+redoing finished tasks; on a Ray cluster it makes the dataset local processes make; what only
+the built-in engine does is refused in one line."""
 
 import json
 import os
@@ -154,3 +155,45 @@ def test_engine_options_out_of_place_are_refused_in_one_line(sources, tmp_path, 
     error = capsys.readouterr().err
     assert error.startswith(f"lmlab: error: {message}") and error.count("\n") == 1
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_the_ray_executor_makes_the_dataset_the_local_one_makes(sources, builtin, tmp_path,
+                                                                ray_address):
+    pytest.importorskip("ray")
+    given = str(builtin / "tokenizer.json")
+    command = [sys.executable, "-m", "lmlab", "prepare", *sources, "--engine", "datatrove",
+               "--tasks", "2", "--tokenizer", given, "--validation-fraction", "0.2",
+               "--sentinels", "4", "--out"]
+    on_ray = subprocess.run([*command, str(tmp_path / "ray"), "--executor", "ray"], cwd=ROOT,
+                            env={**os.environ, "RAY_ADDRESS": ray_address},
+                            capture_output=True, text=True)
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    local = prepare(sources, tmp_path / "local", engine=Engine("local", 2), tokenizer=given,
+                    validation_fraction=0.2, sentinels=4)
+    for name in ("train.tokens.bin", "validation.tokens.bin", "train.documents.npy",
+                 "train.sentences.npy", "validation.documents.npy", "tokenizer.json"):
+        assert (tmp_path / "ray" / name).read_bytes() == (local / name).read_bytes(), name
+    meta = json.loads((tmp_path / "ray" / "meta.json").read_text())
+    assert meta["engine"]["executor"] == "ray" and meta["engine"]["tasks"] == 2
+    assert meta["cleaning"] == json.loads((local / "meta.json").read_text())["cleaning"]
+
+
+@pytest.mark.parametrize("address, message", [
+    (None, "--executor ray needs RAY_ADDRESS, the address of the cluster's head node"),
+    ("127.0.0.1:1", "--executor ray: no Ray cluster answers at 127.0.0.1:1 (RAY_ADDRESS)"),
+])
+def test_no_ray_cluster_is_refused_in_one_line(sources, tmp_path, monkeypatch, capsys,
+                                              address, message):
+    pytest.importorskip("ray")
+    from lmlab.cli import main
+
+    if address is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    assert main(["prepare", sources[0], "--out", str(tmp_path / "data"), "--engine",
+                 "datatrove", "--executor", "ray"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"lmlab: error: {message}") and error.count("\n") == 1
+    assert not list(tmp_path.iterdir())

@@ -11,8 +11,6 @@ share, at the same path.
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from tqdm import tqdm
 
 from lmlab.compare.design import CompareConfig, SubRun
 from lmlab.compare.subrun import complete
+from lmlab.ray_cluster import connect
 
 
 def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> None:
@@ -30,7 +29,7 @@ def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> 
 
     connected_here = not ray.is_initialized()  # a caller already in a Ray job keeps its own
     if connected_here:
-        _connect(os.environ.get("RAY_ADDRESS"))
+        connect("--cluster ray")
     try:
         task = ray.remote(_complete).options(num_cpus=cfg.cpus_per_run,
                                              num_gpus=cfg.gpus_per_run)
@@ -62,24 +61,6 @@ def _complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
 
     torch.set_num_threads(cfg.cpus_per_run)
     complete(sub, cfg, data, ranks=max(1, cfg.gpus_per_run))
-
-
-def _connect(address: str | None) -> None:
-    """Join the cluster at `address` (RAY_ADDRESS). Never Ray's "auto" search: on a shared
-    machine it can find someone else's cluster, or wait many minutes for one that is gone."""
-    import ray
-
-    if not address:
-        raise ConnectionError("--cluster ray needs RAY_ADDRESS, the address of the cluster's "
-                              "head node (`ray start --head` prints it)")
-    host, _, port = address.rpartition(":")
-    if port.isdigit():  # Ray too waits many minutes where nothing answers: ask first
-        try:
-            socket.create_connection((host.rpartition("://")[2], int(port)), timeout=10).close()
-        except OSError as error:
-            raise ConnectionError(f"--cluster ray: no Ray cluster answers at {address} "
-                                  f"(RAY_ADDRESS): {error.strerror or error}") from None
-    ray.init(address=address)
 
 
 def _absolute(cfg: CompareConfig) -> CompareConfig:

@@ -227,14 +227,14 @@ def _executor(engine: Engine, stage: Stage, logs: Path):
 def _connect_ray() -> None:
     import ray
 
+    from lmlab.ray_cluster import connect
+
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS", "auto")
     try:
-        ray.init(address=address, log_to_driver=False)
-    except ConnectionError as error:
-        raise DataError(f"no Ray cluster at {address} ({error}); start one (ray start "
-                        "--head) or set RAY_ADDRESS") from None
+        connect("--executor ray", log_to_driver=False)  # the tasks log to their own files
+    except ConnectionError as error:  # not a failed write of the dataset (an OSError too)
+        raise DataError(str(error)) from None
 
 
 def _check_read(work: str, sources: list[str]) -> None:
