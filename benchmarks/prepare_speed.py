@@ -316,7 +316,7 @@ def main() -> None:
         }
         print(json.dumps({k: v for k, v in results["throughput"].items()
                           if k not in ("runs", "training_run")}, indent=1))
-        if options.throughput_only:
+        if options.throughput_only:  # `finally` below removes the work folder
             return finish(results, options, work, RESULTS.with_name(
                 "prepare_speed_throughput.json"))
 
@@ -349,7 +349,6 @@ def main() -> None:
 
 
 def finish(results: dict, options: argparse.Namespace, work: Path, path: Path) -> None:
-    shutil.rmtree(work, ignore_errors=True)
     results["load_average_at_end"] = os.getloadavg()
     if not options.quick:
         write_results(path, results, work)

@@ -22,7 +22,8 @@ curves (bits per byte against seconds) are plotted and the time each took to rea
 final quality is read off them.
 
 Results: benchmarks/results/time_to_quality_<objective>.json (search) and
-time_to_quality_nanogpt.{json,png}, the machine named.
+time_to_quality_nanogpt_MODEL_AvBmin.{json,png} (A minutes of lmlab against B of nanoGPT),
+the machine named.
 """
 
 from __future__ import annotations
@@ -319,7 +320,8 @@ def versus_nanogpt(args) -> None:
     print(f"lmlab {args.minutes} min: {ours['final_bpb']:.4f} bpb; nanoGPT "
           f"{args.nanogpt_minutes} min: {theirs['final_bpb']:.4f} bpb; lmlab reached nanoGPT's "
           f"final validation in {reached} s (time ratio {ratio})")
-    stem = f"time_to_quality_nanogpt_{args.model or 'auto'}"
+    stem = (f"time_to_quality_nanogpt_{args.model or 'auto'}_"
+            f"{args.minutes:g}v{args.nanogpt_minutes:g}min")
     plot(ours, theirs, RESULTS / f"{stem}.png", args)
     write_results(RESULTS / f"{stem}.json", {
         "machine": machine(threads=int(THREADS)), "model": args.model or "auto",

@@ -97,6 +97,17 @@ def test_a_ray_cluster_gives_what_one_worker_gives_and_resumes_alike(world, ray_
 
 
 @pytest.mark.slow
+def test_a_sub_run_no_node_can_hold_is_refused_in_one_line(world, ray_address,  # noqa: F811
+                                                           tmp_path):
+    result = on_ray(ray_address, *words(world, tmp_path / "c"), "--cpus-per-run", "2")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lmlab: error:")]
+    assert result.returncode == 1 and errors == [
+        "lmlab: error: --cluster ray: no node has 2 CPUs and 0 GPUs free for a sub-run (the "
+        "largest has 1 CPUs, 0 GPUs); lower --cpus-per-run or --gpus-per-run"], result.stderr
+    assert not list((tmp_path / "c").glob("runs/*/*/*"))
+
+
+@pytest.mark.slow
 def test_more_than_one_gpu_per_run_pre_trains_it_as_a_torchrun_job(world, tmp_path,  # noqa: F811
                                                                    monkeypatch):
     """The task's path for --gpus-per-run 2, run here on the CPU (two gloo ranks)."""

@@ -104,10 +104,10 @@ def prepare_command(args: argparse.Namespace) -> int:
 def engine_of(args: argparse.Namespace):
     """The datatrove engine the options ask for, or None for the built-in one."""
     if args.engine == "builtin":
-        if args.executor or args.tasks:
+        if args.executor is not None or args.tasks is not None:
             raise ValueError("--executor and --tasks choose where --engine datatrove runs")
         return None
-    if args.workers:
+    if args.workers is not None:
         raise ValueError("--workers sizes the built-in engine; with --engine datatrove give "
                          "--tasks")
     from lmlab.extras import require_extra

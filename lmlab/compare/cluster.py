@@ -31,6 +31,7 @@ def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> 
     if connected_here:
         connect("--cluster ray")
     try:
+        _check_room(cfg)
         task = ray.remote(_complete).options(num_cpus=cfg.cpus_per_run,
                                              num_gpus=cfg.gpus_per_run)
         cfg, data = _absolute(cfg), str(Path(data).absolute())
@@ -51,6 +52,21 @@ def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> 
             ray.shutdown()
     if failed:
         _raise(*failed)
+
+
+def _check_room(cfg: CompareConfig) -> None:
+    """Refuse what no node of the cluster can hold: Ray would wait for such a node forever."""
+    import ray
+
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if not any(node.get("CPU", 0) >= cfg.cpus_per_run and
+               node.get("GPU", 0) >= cfg.gpus_per_run for node in nodes):
+        most = max(nodes, key=lambda node: (node.get("GPU", 0), node.get("CPU", 0)),
+                   default={})
+        raise ValueError(f"--cluster ray: no node has {cfg.cpus_per_run} CPUs and "
+                         f"{cfg.gpus_per_run} GPUs free for a sub-run (the largest has "
+                         f"{most.get('CPU', 0):g} CPUs, {most.get('GPU', 0):g} GPUs); lower "
+                         "--cpus-per-run or --gpus-per-run")
 
 
 def _complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +48,14 @@ from lmlab.data.datatrove_steps import (
 )
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import lsh_bands
-from lmlab.data.prepare import SPLITS, dataset_record, given_tokenizer, make_dataset
+from lmlab.data.prepare import (
+    SPLITS,
+    dataset_record,
+    given_tokenizer,
+    make_dataset,
+    reading_record,
+)
+from lmlab.data.readers import ReadStats
 from lmlab.data.recipe import Recipe
 from lmlab.data.shards import TokenWriter
 from lmlab.data.stats import TokenStats
@@ -70,14 +79,13 @@ class Engine:
             raise DataError(f"tasks must be at least 1, got {self.tasks}")
 
     def task_count(self) -> int:
-        if self.tasks:
-            return self.tasks
+        """`tasks`, or the CPUs of the Ray cluster (joined here) or of this machine."""
         if self.executor == "ray":
             import ray
 
             _connect_ray()
-            return int(ray.cluster_resources().get("CPU", 1))
-        return len(os.sched_getaffinity(0))
+            return self.tasks or int(ray.cluster_resources().get("CPU", 1))
+        return self.tasks or len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)
@@ -85,20 +93,34 @@ class Stage:
     name: str
     pipeline: list
     tasks: int
+    check: Callable[[str], object] | None = None  # of the work folder, once the stage is done
+
+
+class StageUnfinished(DataError):
+    """Tasks of a stage failed or did not run: the work folder stays, to resume from."""
 
 
 def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs: list[dict],
                            engine: Engine) -> Path:
+    # absolute: a task on a cluster node starts in that node's working directory, not ours
+    out = out.absolute()
+    sources = [str(Path(source).absolute()) for source in sources]
     work = out.parent / f".{out.name}.datatrove"
-    dataset = make_dataset(out, recipe, inputs,
-                           lambda staging: _run(sources, recipe, inputs, engine, work, staging))
+    try:
+        dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
+            sources, recipe, inputs, engine, work, staging))
+    except StageUnfinished:
+        raise
+    except DataError:  # the input's fault: nothing in the work folder can be reused
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     shutil.rmtree(work, ignore_errors=True)
     return dataset
 
 
 def _run(sources: list[str], recipe: Recipe, inputs: list[dict], engine: Engine, work: Path,
          staging: Path) -> dict:
-    tasks = engine.task_count()
+    tasks = engine.task_count()  # joins the Ray cluster first: a bad address leaves nothing
     _claim(work, {"recipe": recipe.to_dict(), "inputs": inputs, "executor": engine.executor,
                   "tasks": tasks})
     if not recipe.trains_tokenizer:
@@ -113,28 +135,36 @@ def _run(sources: list[str], recipe: Recipe, inputs: list[dict], engine: Engine,
               f"{f', {done} done before' if done else ''})", flush=True)
         try:
             executor.run()
+        except DataError:  # the input's fault (a bad record with --strict, say), as it is
+            raise
         except Exception as error:  # a task's own error, raised again by the executor
-            raise DataError(f"stage '{stage.name}' failed: {error} (the tasks' logs are in "
-                            f"{logs}/logs); run the same command again to continue") from None
+            raise StageUnfinished(f"stage '{stage.name}' failed: {error} (the tasks' logs are "
+                                  f"in {logs}/logs); run the same command again to "
+                                  "continue") from None
         if left := executor.get_incomplete_ranks():
-            raise DataError(f"{len(left)} of {stage.tasks} tasks of stage '{stage.name}' did "
-                            f"not finish (their logs are in {logs}/logs); run the same "
-                            "command again to continue")
-        if number == 1:
-            _check_read(str(work), sources)
+            raise StageUnfinished(f"{len(left)} of {stage.tasks} tasks of stage "
+                                  f"'{stage.name}' did not finish (their logs are in "
+                                  f"{logs}/logs); run the same command again to continue")
+        if stage.check:
+            stage.check(str(work))
     return {**_merge(str(work), recipe, staging),
             "engine": {"name": "datatrove", "version": _datatrove_version(),
                        "executor": engine.executor, "tasks": tasks}}
 
 
 def _claim(work: Path, settings: dict) -> None:
-    """Start WORK, or check that the one there was started by the same command."""
+    """Continue the work in WORK when the same command started it; else start afresh (what
+    another recipe, other inputs or another task count made cannot be reused)."""
     path = work / "settings.json"
+    settings = json.loads(json.dumps(settings))  # as read back
     if path.is_file():
-        if json.loads(path.read_text()) != json.loads(json.dumps(settings)):
-            raise DataError(f"{work} holds an interrupted prepare with other settings; run "
-                            "that command again to finish it, or delete the folder")
-        return
+        before = json.loads(path.read_text())
+        if before == settings:
+            return
+        changed = sorted(k for k in settings if settings[k] != before.get(k))
+        print(f"starting afresh: {work} holds an interrupted prepare with other "
+              f"{', '.join(changed)}", flush=True)
+        shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2))
 
@@ -155,6 +185,7 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
     )
     from datatrove.pipeline.writers import JsonlWriter
     from datatrove.utils.hashing import HashConfig
+    from datatrove.utils.text import TextNormConfig
 
     def writer(folder: str) -> JsonlWriter:
         return JsonlWriter(f"{work}/{folder}", output_filename="${rank}.jsonl.gz")
@@ -163,8 +194,10 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
     stages: list[Stage] = []
     # the stage that writes `stream`, the documents so far; each dedup appends its signature
     # step to it, then reads `stream` again, in the same order, to drop what it found
+    examining = replace(cleaning, exact_dedup=False)  # datatrove's stages find exact copies
     writing = Stage("read and clean", [ReadSources(sources, recipe, work),
-                                       Examine(cleaning, work), writer("cleaned")], tasks)
+                                       Examine(examining, work), writer("cleaned")], tasks,
+                    lambda work: _check_read(work, sources))
     stream = "cleaned"
 
     def dedup(label: str, signature, finding: list[Stage], drop) -> None:
@@ -172,8 +205,9 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
         writing.pipeline.append(signature)
         stages.extend([writing, *finding])
         writing = Stage(f"{label} dedup: drop", [ReadRankFile(f"{work}/{stream}"), drop,
-                                                 Tally(label, work), writer(label)], tasks)
-        stream = label
+                                                 Tally(label, work), writer(f"{label}-kept")],
+                        tasks)
+        stream = f"{label}-kept"
 
     if cleaning.exact_dedup:
         exact = ExactDedupConfig(content_getter=_text)
@@ -184,10 +218,15 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
     if cleaning.near_dedup:
         near = cleaning.near_dedup
         bands, rows = lsh_bands(near.threshold, near.num_permutations)
-        # sha1: datatrove's default xxhash is handed str, which xxhash 3.5+ refuses
+        # sha1: datatrove's default xxhash is handed str, which xxhash 4 refuses; no text
+        # normalisation: shingles of the cleaned text's words, as lmlab's own near dedup
         minhash = MinhashConfig(n_grams=near.shingle_words, num_buckets=bands,
                                 hashes_per_bucket=rows, seed=near.seed,
-                                hash_config=HashConfig(hash_fc="sha1"))
+                                hash_config=HashConfig(hash_fc="sha1"),
+                                norm_config=TextNormConfig(
+                                    lowercase=False, norm_whitespace=False,
+                                    remove_punctuation=False, norm_unicode_diacritics=False,
+                                    norm_numbers=False))
         dedup("near", MinhashDedupSignature(f"{work}/minhash-signatures", minhash,
                                             language=WhitespaceWords()),
               [Stage("near dedup: buckets", [MinhashDedupBuckets(
@@ -196,7 +235,7 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
                Stage("near dedup: clusters", [MinhashDedupCluster(
                    f"{work}/minhash-buckets", f"{work}/minhash-clusters", config=minhash)], 1)],
               MinhashDedupFilter(f"{work}/minhash-clusters"))
-    stages.append(writing)
+    stages.append(replace(writing, check=_cleaning))  # nothing left is an error before training
     if recipe.trains_tokenizer:
         stages.append(Stage(f"train {recipe.tokenizer} tokenizer",
                             [TrainTokenizer(recipe, f"{work}/{stream}", work)], 1))
@@ -269,15 +308,10 @@ def _merge(work: str, recipe: Recipe, staging: Path) -> dict:
 
 def _reading(work: str) -> dict:
     read = summed(read_counts(work, "read"))
-    return {"files": read.get("files", 0), "documents": read.get("documents", 0),
-            "invalid_utf8_documents": read.get("invalid_utf8_documents", 0),
-            "invalid_utf8_bytes": read.get("invalid_utf8_bytes", 0),
-            "skipped": read.get("skipped", {})}
+    return reading_record(ReadStats(**{**read, "skipped": Counter(read.get("skipped", {}))}))
 
 
 def _cleaning(work: str) -> CleaningReport:
-    from collections import Counter
-
     examined = summed(read_counts(work, "examine"))
     report = CleaningReport(**{**examined,
                                "quality_rejected": Counter(examined["quality_rejected"])})

@@ -1,14 +1,16 @@
 """lmlab's own steps for a datatrove pipeline (datatrove_prepare.py runs them).
 
 Each step does one task's share (`rank` of `world_size`) and leaves what it counted in
-`counts/STEP-RANK.json`, which the last stage sums into meta.json: a task that is run again
+`counts/STEP-RANK.json`, which the driver sums into meta.json: a task that is run again
 rewrites its own file, so counts stay right when an interrupted prepare resumes.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,8 +43,8 @@ def read_counts(work: str, step: str) -> list[dict]:
 
 class ReadSources(PipelineStep):
     """The task's share of the input documents: whole files when there are at least as many
-    files as tasks, else every `world_size`-th document of each file (each task reads all of
-    them, and keeps its own)."""
+    files as tasks, else every `world_size`-th document of the input, counted across files
+    (each task reads them all, and keeps its own)."""
 
     name = "lmlab read"
     type = "📖 - READER"
@@ -135,15 +137,16 @@ class ReadRankFile(PipelineStep):
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1
             ) -> DocumentsPipeline:
-        import gzip
+        yield from read_rank_file(Path(self.folder) / f"{rank:05d}.jsonl.gz")
 
-        path = Path(self.folder) / f"{rank:05d}.jsonl.gz"
-        if not path.is_file():  # the task kept nothing: its writer made no file
-            return
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            for line in lines:
-                record = json.loads(line)
-                yield Document(text=record["text"], id=record["id"])
+
+def read_rank_file(path: Path) -> Iterator[Document]:
+    if not path.is_file():  # the task kept nothing: its writer made no file
+        return
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            yield Document(text=record["text"], id=record["id"])
 
 
 class TrainTokenizer(PipelineStep):
@@ -161,8 +164,7 @@ class TrainTokenizer(PipelineStep):
         from lmlab.data.prepare import train_on
 
         files = sorted(Path(self.kept).glob("*.jsonl.gz"))
-        texts = (document.text for path in files
-                 for document in ReadRankFile(self.kept).run(rank=int(path.name[:5])))
+        texts = (document.text for path in files for document in read_rank_file(path))
         size = sum(path.stat().st_size for path in files)  # compressed: the bar is a guide
         train_on(texts, self.recipe, size).save(str(Path(self.work) / TOKENIZER))
 
@@ -199,8 +201,8 @@ class EncodeShards(PipelineStep):
 
 
 class WhitespaceWords(WordTokenizer):
-    """Words as lmlab's own near-dedup shingles them (str.split), instead of datatrove's
-    language tokenizers (spaCy for English, a heavy dependency)."""
+    """Words as lmlab's own near dedup takes them (str.split), instead of datatrove's language
+    tokenizers (spaCy for English, a heavy dependency)."""
 
     def __init__(self):
         super().__init__("whitespace")

@@ -23,6 +23,7 @@ from lmlab.data.errors import DataError
 
 OFFSET_DTYPE = np.dtype("<i8")
 HASH_CHUNK_BYTES = 1 << 20
+COPY_TOKENS = 1 << 20  # tokens copied at a time when parts are joined
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -107,8 +108,8 @@ class TokenWriter:
         if (Path(directory) / f"{self.split}.tokens.bin").stat().st_size == 0:
             return  # nothing of the part fell in this split (and an empty file maps to nothing)
         part = TokenFile(directory, self.split, self.dtype.name)
-        for start in range(0, part.num_tokens, HASH_CHUNK_BYTES):
-            data = np.asarray(part.tokens[start: start + HASH_CHUNK_BYTES]).tobytes()
+        for start in range(0, part.num_tokens, COPY_TOKENS):
+            data = np.asarray(part.tokens[start: start + COPY_TOKENS]).tobytes()
             self.file.write(data)
             self.hash.update(data)
         self.documents.append(np.asarray(part.spans) + self.num_tokens)
