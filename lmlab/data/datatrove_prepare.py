@@ -194,9 +194,8 @@ def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[S
     stages: list[Stage] = []
     # the stage that writes `stream`, the documents so far; each dedup appends its signature
     # step to it, then reads `stream` again, in the same order, to drop what it found
-    examining = replace(cleaning, exact_dedup=False)  # datatrove's stages find exact copies
     writing = Stage("read and clean", [ReadSources(sources, recipe, work),
-                                       Examine(examining, work), writer("cleaned")], tasks,
+                                       Examine(cleaning, work), writer("cleaned")], tasks,
                     lambda work: _check_read(work, sources))
     stream = "cleaned"
 

@@ -11,7 +11,7 @@ import gzip
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.word_tokenizers import WordTokenizer
 
-from lmlab.data.cleaning import CleaningConfig, CleaningReport, examine
+from lmlab.data.cleaning import Cleaner, CleaningConfig, CleaningReport, examine
 from lmlab.data.readers import ReadOptions, ReadStats, expand_sources, read_file
 from lmlab.data.recipe import Recipe
 from lmlab.data.streaming import chunked
@@ -84,21 +84,16 @@ class Examine(PipelineStep):
 
     def __init__(self, config: CleaningConfig, work: str):
         super().__init__()
-        self.config, self.work = config, work
+        # no dedup here: datatrove's stages find exact and near copies
+        self.config, self.work = replace(config, exact_dedup=False, near_dedup=None), work
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1
             ) -> DocumentsPipeline:
         report = CleaningReport()
+        counter = Cleaner(self.config, report)  # counts what examine decided
         for document in data:
             examined = examine(document.text, self.config)
-            report.documents_in += 1
-            report.normalised_changed += examined.normalised
-            report.control_stripped += examined.control_stripped
-            if examined.text is None:
-                report.empty += 1
-            elif examined.rejection is not None:
-                report.quality_rejected[examined.rejection] += 1
-            else:
+            if counter.admit(examined):
                 document.text = examined.text
                 yield document
         write_counts(self.work, "examine", rank,
