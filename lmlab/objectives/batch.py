@@ -73,7 +73,8 @@ class Batch:
 def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
     """`tensor` on `device`. Copies to a GPU start from pinned host memory and do not wait,
     so the host goes on queueing the step while they run (a plain copy from pageable memory
-    would wait for the GPU's queue to drain first)."""
+    would wait for the GPU's queue to drain first). An expanded tensor (positions shared by
+    every row) is made whole first: pinning refuses one whose elements share memory."""
     if torch.device(device).type == "cuda" and tensor.device.type == "cpu":
-        tensor = tensor.pin_memory()
+        tensor = tensor.contiguous().pin_memory()
     return tensor.to(device, non_blocking=True)
