@@ -146,7 +146,7 @@ def child(task: str, args: dict) -> dict:
             tokens += sum(len(e.ids) for e in encodings)
         result = {"seconds": time.perf_counter() - start, "tokens": tokens}
     elif task == "prepare":
-        from lmlab.data.prepare import prepare
+        from lmlab.data.preparation import prepare
 
         engine = None
         if args.get("engine"):

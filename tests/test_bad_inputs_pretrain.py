@@ -51,7 +51,7 @@ def test_a_bad_config_file_is_named_in_one_line(tmp_path, capsys, name, content,
 
 
 def test_a_context_longer_than_the_data_allows_writes_nothing(tmp_path, capsys):
-    from lmlab.data.prepare import prepare_documents
+    from lmlab.data.preparation import prepare_documents
 
     prepare_documents([f"document {i} about cats and dogs " * 5 for i in range(100)],
                       tmp_path / "data", vocab_size=300)

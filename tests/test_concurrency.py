@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lmlab.data.prepare import prepare
+from lmlab.data.preparation import prepare
 from lmlab.train import pretrain as pretraining
 from lmlab.train.config import TrainConfig
 from tests.synthetic_run import synthetic_dataset

@@ -17,7 +17,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from lmlab.data.errors import DataError
-from lmlab.data.prepare import prepare
+from lmlab.data.preparation import prepare
 from tests.test_prepare_parallel import RECIPE, corpus, write_jsonl
 
 datatrove_prepare = pytest.importorskip("lmlab.data.datatrove_prepare")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lmlab.data.parallel import PARALLEL_MIN_BYTES, worker_count
-from lmlab.data.prepare import prepare
+from lmlab.data.preparation import prepare
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes "
          "of pale green glass near old river banks and every morning bright birds sing").split()

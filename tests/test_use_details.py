@@ -15,7 +15,7 @@ import torch
 from lmlab.cli import main
 from lmlab.commands.pretrain_summary import summary, unigram_loss
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.prepare import prepare
+from lmlab.data.preparation import prepare
 from lmlab.eval.texts import file_text
 from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens

@@ -84,7 +84,7 @@ RECIPE_OPTIONS = ("text_field", "blank_line_documents", "strict", "normalisation
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lmlab.data.prepare import prepare
+    from lmlab.data.preparation import prepare
 
     fields = {name: getattr(args, name) for name in RECIPE_OPTIONS
               if getattr(args, name) is not None}

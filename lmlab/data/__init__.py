@@ -8,7 +8,7 @@ from lmlab.lazy import lazy_attributes
 
 __getattr__ = lazy_attributes(__name__, {
     "Dataset": "lmlab.data.dataset", "open_dataset": "lmlab.data.dataset",
-    "prepare": "lmlab.data.prepare", "prepare_documents": "lmlab.data.prepare",
+    "prepare": "lmlab.data.preparation", "prepare_documents": "lmlab.data.preparation",
     "Recipe": "lmlab.data.recipe",
 })
 

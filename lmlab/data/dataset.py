@@ -88,7 +88,7 @@ def open_or_prepare(path: str | None) -> Dataset:
     """The dataset at `path`; with none, the built-in corpus, prepared on first use."""
     if path is not None:
         return open_dataset(Path(path))
-    from lmlab.data.prepare import is_complete, prepare
+    from lmlab.data.preparation import is_complete, prepare
 
     directory = builtin_dataset_dir()
     if not is_complete(directory):

@@ -48,7 +48,7 @@ from lmlab.data.datatrove_steps import (
 )
 from lmlab.data.errors import DataError
 from lmlab.data.near_dedup import lsh_bands
-from lmlab.data.prepare import (
+from lmlab.data.preparation import (
     SPLITS,
     dataset_record,
     given_tokenizer,

@@ -156,7 +156,7 @@ class TrainTokenizer(PipelineStep):
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1
             ) -> DocumentsPipeline:
-        from lmlab.data.prepare import train_on
+        from lmlab.data.preparation import train_on
 
         files = sorted(Path(self.kept).glob("*.jsonl.gz"))
         texts = (document.text for path in files for document in read_rank_file(path))
@@ -180,7 +180,7 @@ class EncodeShards(PipelineStep):
         from tokenizers import Tokenizer
 
         from lmlab.data.parallel import Workers
-        from lmlab.data.prepare import encode_splits
+        from lmlab.data.preparation import encode_splits
 
         part = Path(self.work) / PARTS / f"{rank:05d}"
         part.mkdir(parents=True, exist_ok=True)
