@@ -1,7 +1,7 @@
 """Time to quality: held-out bits per byte after a fixed wall-clock budget on 2 CPU threads.
 
     python benchmarks/time_to_quality.py search [--objective clm] [--seconds 90] [--seeds 3]
-        [--candidates NAME ...] [--combine NAME ...]
+        [--candidates NAME ...] [--combine NAME ...] [--on-defaults]
     python benchmarks/time_to_quality.py nanogpt --nanogpt DIR [--minutes 10]
         [--nanogpt-minutes 20] [--model gpt2-mini]
 
@@ -11,7 +11,8 @@ addresses, prepared once with an 8,192-token vocabulary), round after round: eve
 the baseline and each candidate once, with a new seed, so machine noise hits them alike. Each
 run's final weights are scored in this process on the first 16 validation micro-batches (the
 blocks lmlab validates on, 65k tokens), as lmlab's validation scores them: bits per byte, so
-tokenizers could differ; masked objectives under the fixed 15% validation mask.
+tokenizers could differ; masked objectives under the fixed 15% validation mask. The baseline
+is a plain recipe spelled out, or with --on-defaults lmlab's defaults as they are now.
 
 `nanogpt` trains lmlab's default CLM recipe (`lmlab pretrain --objective clm` with only the
 data and the time given) and nanoGPT's own `model.py` with its `configure_optimizers` (AdamW
@@ -80,6 +81,8 @@ CANDIDATES = {
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
+    "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),
+    "embedding lr x30": Recipe(("--embedding-lr-scale", "30")),
     "mask 30%": Recipe(("--mlm-rate", "0.3")),
     "mask 30%→15%": Recipe(("--mlm-rate-start", "0.3", "--mlm-rate", "0.15")),
 }
@@ -162,18 +165,20 @@ def search(args) -> None:
     data = prepared(args.shared, args.work)
     names = args.candidates if args.candidates is not None else [
         n for n in CANDIDATES if args.objective == "mlm" or n not in MASKED_ONLY]
-    recipes = {"baseline": BASELINES[args.objective]}
+    baseline = Recipe() if args.on_defaults else BASELINES[args.objective]
+    recipes = {"baseline": baseline}
     for name in names:
-        recipes[name] = BASELINES[args.objective].merged(CANDIDATES[name])
+        recipes[name] = baseline.merged(CANDIDATES[name])
     if args.combine:
-        combined = BASELINES[args.objective]
+        combined = baseline
         for name in args.combine:
             combined = combined.merged(CANDIDATES[name])
         recipes[" + ".join(args.combine)] = combined
     results: dict[str, list] = {name: [] for name in recipes}
     for round_ in range(args.seeds):
         for name, recipe in recipes.items():
-            run = args.work / "runs" / (f"{args.objective}-{args.seconds:g}s-{name}-{round_}"
+            on = "-defaults" if args.on_defaults else ""
+            run = args.work / "runs" / (f"{args.objective}{on}-{args.seconds:g}s-{name}-{round_}"
                                         .replace(" ", "_"))
             result = train_and_score(recipe, args.objective, data, args.seconds, round_, run)
             results[name].append(result)
@@ -186,6 +191,7 @@ def search(args) -> None:
     write_results(args.out or RESULTS / f"time_to_quality_{args.objective}.json", {
         "machine": machine(threads=int(THREADS)), "objective": args.objective,
         "seconds_per_run": args.seconds, "seeds": args.seeds,
+        "baseline": "lmlab's defaults" if args.on_defaults else "the plain recipe",
         "recipes": {name: recipe.command() for name, recipe in recipes.items()},
         "table": table, "runs": results}, args.work)
 
@@ -362,6 +368,9 @@ def main() -> None:
     search_parser.add_argument("--seeds", type=int, default=3)
     search_parser.add_argument("--candidates", nargs="*", choices=sorted(CANDIDATES))
     search_parser.add_argument("--combine", nargs="*", choices=sorted(CANDIDATES))
+    search_parser.add_argument("--on-defaults", action="store_true",
+                               help="the baseline is lmlab's defaults (--model auto and the "
+                                    "rest), not the spelled-out plain recipe")
     search_parser.add_argument("--out", type=Path, help="the results file; default "
                                "benchmarks/results/time_to_quality_OBJECTIVE.json")
     versus = commands.add_parser("nanogpt")

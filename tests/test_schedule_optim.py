@@ -3,7 +3,7 @@
 import pytest
 
 from lmlab import LanguageModel, preset
-from lmlab.train.optim import parameter_groups
+from lmlab.train.optim import make_optimizer, parameter_groups, set_lr
 from lmlab.train.schedule import Schedule
 
 
@@ -42,3 +42,23 @@ def test_weight_decay_skips_norms_biases_and_embeddings():
     assert no_decay["weight_decay"] == 0.0
     all_params = decay["params"] + no_decay["params"]
     assert len({id(p) for p in all_params}) == len(all_params)  # tied weights listed once
+
+
+@pytest.mark.parametrize("optimizer_name", ["adamw", "muon"])
+def test_embedding_lr_scale_moves_the_embeddings_alone(optimizer_name):
+    model = LanguageModel(preset("modern-tiny", 64, 16), heads=("mlm",))
+    optimizer = make_optimizer(model, 1e-3, name=optimizer_name, embedding_lr_scale=10.0)
+    set_lr(optimizer, 2e-3)
+    rates = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    embedding = model.backbone.token_embedding.weight
+    assert rates[id(embedding)] == pytest.approx(2e-2)
+    others = [rate for key, rate in rates.items() if key != id(embedding)]
+    assert others and all(rate == pytest.approx(2e-3) for rate in others)
+    assert len(rates) == len(list(model.parameters()))  # every parameter, once
+
+
+def test_embedding_lr_scale_must_be_positive():
+    from lmlab.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match="embedding_lr_scale must be a positive number"):
+        TrainConfig(embedding_lr_scale=0.0)

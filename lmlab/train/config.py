@@ -58,6 +58,8 @@ class LoopConfig:
     lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
     optimizer: Optimizer = documented("adamw", OPTIMIZER_HELP)
     weight_decay: float = documented(0.1, "weight decay (not on norms, biases, embeddings)")
+    embedding_lr_scale: float = documented(
+        1.0, "the embeddings' learning rate as a multiple of --lr")
     beta2: float = documented(0.95, "AdamW's second-moment decay")
     grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
     precision: Literal["fp32", "bf16", "fp16"] = documented(
@@ -94,6 +96,9 @@ class LoopConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr is not None and (not math.isfinite(self.lr) or self.lr <= 0):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if not math.isfinite(self.embedding_lr_scale) or self.embedding_lr_scale <= 0:
+            raise ValueError("embedding_lr_scale must be a positive number, got "
+                             f"{self.embedding_lr_scale}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         trackers_named(self.report_to)

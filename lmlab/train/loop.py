@@ -30,6 +30,7 @@ from lmlab.train.budget import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
 from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
+from lmlab.train.optim import set_lr
 from lmlab.train.schedule import Schedule
 from lmlab.train.step import (
     SkippedSteps,
@@ -166,8 +167,7 @@ def run_training(t: Training) -> LoopState:
         stopping = False
         while state.step < state.total_steps and not stopping:
             lr = cfg.lr * t.schedule(state.step)
-            for group in t.optimizer.param_groups:
-                group["lr"] = lr
+            set_lr(t.optimizer, lr)
             generator.manual_seed(step_seed(cfg.seed, t.env.rank, state.step))
             torch.manual_seed(step_seed(cfg.seed, t.env.rank, state.step) + 1)  # dropout
             micro_batches = t.data.micro_batches(state.step, generator)

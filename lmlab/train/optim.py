@@ -8,17 +8,34 @@ from torch import nn
 
 
 def parameter_groups(parameters: list[nn.Parameter], model: nn.Module,
-                     weight_decay: float) -> list[dict]:
+                     weight_decay: float, embedding_lr_scale: float = 1.0) -> list[dict]:
     """Decay the weight matrices of Linear layers; never norms, biases or embeddings
-    (decaying an embedding shrinks rare tokens' vectors for no regularising benefit)."""
-    no_decay_ids = set()
+    (decaying an embedding shrinks rare tokens' vectors for no regularising benefit). With an
+    `embedding_lr_scale` other than 1 the embeddings form a group of their own whose learning
+    rate is that multiple of the schedule's (`set_lr`)."""
+    embedding_ids, norm_ids = set(), set()
     for module in model.modules():
-        if isinstance(module, nn.Embedding | nn.LayerNorm | nn.RMSNorm):
-            no_decay_ids.update(id(p) for p in module.parameters(recurse=False))
-    decay = [p for p in parameters if p.ndim >= 2 and id(p) not in no_decay_ids]
-    no_decay = [p for p in parameters if p.ndim < 2 or id(p) in no_decay_ids]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+        if isinstance(module, nn.Embedding):
+            embedding_ids.update(id(p) for p in module.parameters(recurse=False))
+        elif isinstance(module, nn.LayerNorm | nn.RMSNorm):
+            norm_ids.update(id(p) for p in module.parameters(recurse=False))
+    scaled = embedding_ids if embedding_lr_scale != 1.0 else set()
+    rest = [p for p in parameters if id(p) not in scaled]
+    no_decay_ids = embedding_ids | norm_ids
+    groups = [{"params": [p for p in rest if p.ndim >= 2 and id(p) not in no_decay_ids],
+               "weight_decay": weight_decay},
+              {"params": [p for p in rest if p.ndim < 2 or id(p) in no_decay_ids],
+               "weight_decay": 0.0}]
+    if scaled:
+        groups.append({"params": [p for p in parameters if id(p) in scaled],
+                       "weight_decay": 0.0, "lr_scale": embedding_lr_scale})
+    return groups
+
+
+def set_lr(optimizer, lr: float) -> None:
+    """The schedule's learning rate into every group, times the group's own scale."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
@@ -116,17 +133,19 @@ def orthogonalised(matrix: torch.Tensor, coefficients: tuple[float, float, float
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1,
                    betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
-                   name: str = "adamw") -> torch.optim.Optimizer | Optimizers:
+                   name: str = "adamw", embedding_lr_scale: float = 1.0,
+                   ) -> torch.optim.Optimizer | Optimizers:
     """AdamW over every trainable parameter (fused where the device supports it), or with
     `name="muon"` Muon over the hidden matrices and AdamW over the rest. Muon's step is
     scaled to AdamW's update size (Liu et al. 2025, "match_rms_adamw"), so the same learning
-    rate and weight decay serve both parts."""
+    rate and weight decay serve both parts; the embeddings' rate is `embedding_lr_scale`
+    times it."""
     device = next(model.parameters()).device
     trainable = [p for p in model.parameters() if p.requires_grad]  # a tied weight once
     muon_ids = {id(p) for p in hidden_matrices(model)} if name == "muon" else set()
     rest = [p for p in trainable if id(p) not in muon_ids]
-    adamw = torch.optim.AdamW(parameter_groups(rest, model, weight_decay), lr=lr, betas=betas,
-                              eps=eps, fused=device.type in ("cuda", "cpu"))
+    adamw = torch.optim.AdamW(parameter_groups(rest, model, weight_decay, embedding_lr_scale),
+                              lr=lr, betas=betas, eps=eps, fused=device.type in ("cuda", "cpu"))
     if name == "adamw":
         return adamw
     muon = Muon([p for p in trainable if id(p) in muon_ids], lr=lr, weight_decay=weight_decay)

@@ -75,7 +75,8 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
-                               name=cfg.optimizer_name)
+                               name=cfg.optimizer_name,
+                               embedding_lr_scale=cfg.embedding_lr_scale)
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
