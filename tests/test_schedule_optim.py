@@ -62,3 +62,13 @@ def test_embedding_lr_scale_must_be_positive():
 
     with pytest.raises(ValueError, match="embedding_lr_scale must be a positive number"):
         TrainConfig(embedding_lr_scale=0.0)
+
+
+def test_embeddings_learn_faster_from_random_weights_only():
+    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.train.config import TrainConfig
+
+    assert TrainConfig().embedding_rate_scale == 10.0
+    assert TrainConfig(init="runs/imported").embedding_rate_scale == 1.0
+    assert TrainConfig(init="runs/imported", embedding_lr_scale=3.0).embedding_rate_scale == 3.0
+    assert FinetuneConfig(train="t.tsv", validation="v.tsv").embedding_rate_scale == 1.0

@@ -58,8 +58,8 @@ class LoopConfig:
     lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
     optimizer: Optimizer = documented("adamw", OPTIMIZER_HELP)
     weight_decay: float = documented(0.1, "weight decay (not on norms, biases, embeddings)")
-    embedding_lr_scale: float = documented(
-        1.0, "the embeddings' learning rate as a multiple of --lr")
+    embedding_lr_scale: float | None = documented(
+        None, "the embeddings' learning rate as a multiple of --lr; none = 1")
     beta2: float = documented(0.95, "AdamW's second-moment decay")
     grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
     precision: Literal["fp32", "bf16", "fp16"] = documented(
@@ -96,9 +96,9 @@ class LoopConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr is not None and (not math.isfinite(self.lr) or self.lr <= 0):
             raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if not math.isfinite(self.embedding_lr_scale) or self.embedding_lr_scale <= 0:
-            raise ValueError("embedding_lr_scale must be a positive number, got "
-                             f"{self.embedding_lr_scale}")
+        scale = self.embedding_lr_scale
+        if scale is not None and (not math.isfinite(scale) or scale <= 0):
+            raise ValueError(f"embedding_lr_scale must be a positive number, got {scale}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         trackers_named(self.report_to)
@@ -120,6 +120,11 @@ class LoopConfig:
             return self.optimizer
         return "muon" if self.muon_runs else "adamw"
 
+    @property
+    def embedding_rate_scale(self) -> float:
+        """The multiple `embedding_lr_scale` stands for: none resolved."""
+        return self.embedding_lr_scale or 1.0
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -130,6 +135,9 @@ class TrainConfig(LoopConfig):
     # (benchmarks/results/time_to_quality_*.json).
     optimizer: Optimizer = documented("auto", OPTIMIZER_HELP)
     schedule: ScheduleName = documented("wsd", SCHEDULE_HELP)
+    embedding_lr_scale: float | None = documented(
+        None, "the embeddings' learning rate as a multiple of --lr; none = 10 from random "
+              "weights, 1 when continuing --init weights")
     objective: str = documented("mlm", "mlm, clm, prefix, span, mlm+nsp, mntp, "
                                        "mix:A=w,B=w, alternate:A,B@steps or "
                                        "then:A,B@fraction (A for that share of the steps, "
@@ -156,6 +164,15 @@ class TrainConfig(LoopConfig):
     packing: Literal["auto", "concatenate", "best_fit"] = documented(
         "auto", "how documents fill rows: concatenated, or best-fit without splitting short "
         "ones; auto = what the objective needs")
+
+    @property
+    def embedding_rate_scale(self) -> float:
+        """From random weights the embeddings learn at 10 times the rate (measured to learn
+        more in a fixed time for both causal and masked LM); weights a run continues keep
+        the one rate."""
+        if self.embedding_lr_scale is not None:
+            return self.embedding_lr_scale
+        return 1.0 if self.init is not None else 10.0
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -76,7 +76,7 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
                                name=cfg.optimizer_name,
-                               embedding_lr_scale=cfg.embedding_lr_scale)
+                               embedding_lr_scale=cfg.embedding_rate_scale)
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
