@@ -3,6 +3,7 @@ names, also after every module behind them is imported (a submodule that shares 
 name would take its place as the package's attribute)."""
 
 import importlib
+import pkgutil
 import types
 
 import pytest
@@ -18,3 +19,10 @@ def test_public_names_stay_what_they_name_after_their_modules_load(package):
     for name in module.__all__:
         value = getattr(module, name)
         assert not isinstance(value, types.ModuleType), f"{package}.{name} is a module"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_public_name_is_also_a_submodule(package):
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert not submodules & set(module.__all__)

@@ -129,3 +129,17 @@ def test_a_run_continues_only_with_the_tokenizer_it_was_trained_with(tmp_path):
         prepare_run_dir(tmp_path / "run", config, resume=True, overwrite=False,
                         tokenizer_json='{"model": "another of the same size"}')
     assert (tmp_path / "run" / "tokenizer.json").read_text() == '{"model": "one"}'
+
+
+def test_a_run_saved_before_the_embedding_rate_resumes_at_the_rate_it_had(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path / "new"), dataset)
+    assert saved_config(tmp_path / "new")["train"]["embedding_lr_scale"] == 10.0  # the number
+    pretraining.pretrain(config(tmp_path, embedding_lr_scale=1.0), dataset)
+    path = tmp_path / "run" / "config.json"
+    older = saved_config(tmp_path)
+    del older["train"]["embedding_lr_scale"]  # as runs were saved before the option
+    path.write_text(json.dumps(older))
+    with pytest.raises(RunDirError, match="changes embedding_lr_scale 1.0 → 10.0"):
+        pretraining.pretrain(config(tmp_path, resume=True, steps=6), dataset)
+    pretraining.pretrain(config(tmp_path, resume=True, steps=6, embedding_lr_scale=1.0), dataset)
+    assert train_rows(tmp_path)[-1]["step"] == 6

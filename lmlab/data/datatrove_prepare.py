@@ -1,4 +1,4 @@
-"""`lmlab prepare --engine datatrove`: the same steps as prepare.py, as datatrove pipeline
+"""`lmlab prepare --engine datatrove`: the same steps as preparation.py, as datatrove pipeline
 stages that its executors spread over tasks: processes here (local) or a Ray cluster (ray).
 
     read and clean   N tasks  lmlab's readers and cleaning.examine: normalisation, control
@@ -8,7 +8,7 @@ stages that its executors spread over tasks: processes here (local) or a Ray clu
                      lmlab's n-gram size, LSH bands for the threshold, and words (str.split)
     tokenizer        1 task, when the recipe trains one: on the kept training split
     encode           N tasks, each into its own part of the dataset (lmlab's shards)
-    merge            here: the parts end to end, then meta.json and stats.txt as prepare.py
+    merge            here: the parts end to end, then meta.json and stats.txt as preparation.py
 
 Stages work in WORK = .OUT.datatrove beside the dataset, on storage every task can reach.
 datatrove marks each finished task there, so running the same command again after an

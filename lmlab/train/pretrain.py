@@ -109,6 +109,9 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
+    # the rate the run trains with, as a number: config.json then says it whatever later
+    # versions make of an unset option
+    cfg = replace(cfg, embedding_lr_scale=cfg.embedding_rate_scale)
     env = begin(cfg.seed)
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special

@@ -17,6 +17,8 @@ WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", 
                       "activation_checkpointing", "max_nonfinite_steps", "report_to"})
 # A budget left out on resume is the saved one; a step or token budget may grow.
 BUDGETS = ("steps", "tokens", "minutes")
+# Fields added after runs were saved without them, and what such a run trained with.
+SAVED_BEFORE = {"embedding_lr_scale": 1.0}
 
 
 def resumed_config(out: Path, config: RunConfig,
@@ -25,6 +27,9 @@ def resumed_config(out: Path, config: RunConfig,
     with `config`'s changes to watching fields and `budgets` applied, each change recorded.
     Any other change, or no run in `out`, is refused in one line naming the fields."""
     saved = _saved(out)
+    filled = {name: value for name, value in SAVED_BEFORE.items()
+              if saved.train.get(name) is None and config.train.get(name) is not None}
+    saved = replace(saved, train={**saved.train, **filled})
     asked = dict(config.train)
     if not any(asked.get(name) is not None for name in budgets):
         asked.update({name: saved.train.get(name) for name in budgets})
