@@ -5,14 +5,16 @@ corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and
     python benchmarks/finetune_real.py [--shared ../shared/data] [--pretrain-minutes 5]
         [--pretrain-steps N] [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
         [--objectives mlm clm mix:clm=1,mlm=15] [--model auto] [--random-init]
-        [--results FILE]
+        [--task-text] [--results FILE]
 
 Every step is an `lmlab` command, as a user would run it. XQuAD (a SQuAD v1.1 dev subset) is
 split by article, not by question, into train (the first 80% of articles) and test. SST-2's
 test labels are hidden, so its dev set is the test; the training file is cut to its first
 --train-rows rows to keep a CPU run short. Classification and pair tasks also report the
 bag-of-words floor (`--baseline bow`). `--random-init` adds the control: the masked objective's
-model pre-trained for one step at a learning rate of 1e-9, fine-tuned alike. Writes
+model pre-trained for one step at a learning rate of 1e-9, fine-tuned alike. `--task-text` adds
+SST-2's training sentences, labels dropped, to the pre-training corpus (task-adaptive
+pre-training, Gururangan et al. 2020; the dev set's sentences stay unseen). Writes
 benchmarks/results/finetune_real.json unless --results names another file.
 """
 
@@ -80,6 +82,16 @@ def tasks(shared: Path, work: Path, train_rows: int) -> dict[str, list]:
     }
 
 
+def task_sentences(shared: Path, work: Path) -> Path:
+    """SST-2's training sentences as a JSON-lines corpus, without their labels."""
+    out = work / "sst2-sentences.jsonl"
+    with open(shared / "sst2" / "train.tsv") as rows, open(out, "w") as lines:
+        sentence = next(rows).rstrip("\n").split("\t").index("sentence")
+        for row in rows:
+            lines.write(json.dumps({"text": row.rstrip("\n").split("\t")[sentence]}) + "\n")
+    return out
+
+
 def file_name(name: str) -> str:
     """An objective spec as a folder name: mix:clm=1,mlm=15 → mix-clm=1-mlm=15."""
     return name.replace(":", "-").replace(",", "-")
@@ -108,22 +120,26 @@ def main() -> None:
     parser.add_argument("--model", default="auto", help="the preset every run pre-trains")
     parser.add_argument("--random-init", action="store_true",
                         help="also fine-tune the masked model's shape from random weights")
+    parser.add_argument("--task-text", action="store_true",
+                        help="also pre-train on SST-2's training sentences, labels dropped")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--run", action="append", default=[], metavar="NAME=RUN",
                         help="also fine-tune this run as it is, e.g. an imported encoder "
                              "(minilm=runs/minilm)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    dataset = args.work / "corpora"
+    dataset = args.work / ("corpora+sst2" if args.task_text else "corpora")
     if not (dataset / "meta.json").is_file():
+        extra = [task_sentences(args.shared, args.work)] if args.task_text else []
         lmlab("prepare", args.shared / "corpora" / "brown.jsonl",
-              args.shared / "corpora" / "sotu.jsonl", "--out", dataset, "--tokenizer",
+              args.shared / "corpora" / "sotu.jsonl", *extra, "--out", dataset, "--tokenizer",
               "wordpiece", "--vocab-size", 16384)
     budget = (["--steps", args.pretrain_steps] if args.pretrain_steps else
               ["--minutes", args.pretrain_minutes])
     results = {"machine": machine(threads=torch_threads()),
                "pretrain_budget": " ".join(map(str, budget)), "model": args.model,
-               "train_rows": args.train_rows, "epochs": args.epochs, "runs": {}}
+               "train_rows": args.train_rows, "epochs": args.epochs,
+               "task_text": args.task_text, "runs": {}}
     if args.results.is_file():  # keep what earlier invocations measured, and do not redo it
         results["runs"] = json.loads(args.results.read_text()).get("runs", {})
     runs = dict(named.split("=", 1) for named in args.run)

@@ -74,7 +74,9 @@ def model_config(objective_name: str, shape: Shape):
     return preset(f"{family}-{shape.size}", shape.vocab, shape.seq, dropout=0.0)
 
 
-def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+    """lmlab's step in its parts, as `lmlab pretrain` makes them: (make a batch on the host,
+    batch → loss, the optimizer, (config, objective))."""
     from lmlab import LanguageModel, SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.train.optim import make_optimizer
@@ -85,14 +87,24 @@ def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device
     objective = build_objective(objective_name, special)
     model = LanguageModel(cfg, heads=objective.heads).to(device)
     optimizer = make_optimizer(model, 1e-4)
-    compute_loss = forward_loss(model, objective, compile_model)  # as `lmlab pretrain` does
+    compute_loss = forward_loss(model, objective, compile_model)
     generator = torch.Generator().manual_seed(0)
     first_ordinary = max(special.all_ids) + 1
 
-    def step(precision: str) -> None:
+    def make_batch():
         tokens = torch.randint(first_ordinary, shape.vocab, (shape.batch, shape.seq),
                                generator=generator)
-        batch = objective.make_batch(tokens, generator).to(device)
+        return objective.make_batch(tokens, generator)
+
+    return make_batch, compute_loss, optimizer, (cfg, objective)
+
+
+def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+    make_batch, compute_loss, optimizer, counted = lmlab_parts(objective_name, compile_model,
+                                                               shape, device)
+
+    def step(precision: str) -> None:
+        batch = make_batch().to(device)
         with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
             loss = compute_loss(batch).mean()
         loss.backward()
@@ -102,7 +114,7 @@ def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device
     # MFU counts the vocabulary projection and the last block past attention at the share
     # of positions the objective predicts (15% for MLM), as `lmlab pretrain` does: never
     # work lmlab does not do.
-    return step, (cfg, objective)
+    return step, counted
 
 
 def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
