@@ -11,11 +11,14 @@ process, between the lmlab steps, so load hits both.
 
     python benchmarks/step_breakdown.py                        # mlm and clm, fp32 and bf16
     python benchmarks/step_breakdown.py --objectives mlm --settings fp32 --steps 20
+    python benchmarks/step_breakdown.py --as-pretrain \
+        --out benchmarks/results/step_breakdown_as_pretrain.json
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from pathlib import Path
@@ -28,7 +31,7 @@ from lmlab.kernels.machine import keep_freed_memory
 
 WARM_STEPS = 3  # unmeasured: the optimizer's state is made in the first, kernels are chosen
 # An aten operator's kind by its name: the first pattern that matches.
-KINDS = (("matrix products", r"^aten::(mm|addmm|bmm|baddbmm|_mkldnn|mkldnn_)"),
+KINDS = (("matrix products", r"^aten::(mm|addmm_?|bmm|baddbmm)$|^mkldnn::_linear_pointwise"),
          ("attention kernels", r"scaled_dot_product|flash_attention|_efficient_attention"),
          ("optimizer update", r"adam|muon|_foreach|lerp|addcdiv|addcmul"),
          ("log-softmax and loss", r"log_softmax|logsumexp|nll_loss|cross_entropy"),
@@ -40,11 +43,12 @@ KINDS = (("matrix products", r"^aten::(mm|addmm|bmm|baddbmm|_mkldnn|mkldnn_)"),
 
 
 def kind_of(name: str) -> str:
-    """An aten operator's kind by its name; any other event (autograd's engine, the optimizer's
-    own Python, record_function ranges) is the framework around the operators."""
+    """An operator's kind by its name (aten's, or oneDNN's linear layer); any other event
+    (autograd's engine, custom autograd functions, the optimizer's own Python) is the
+    framework around the operators."""
     if "Optimizer" in name:
         return "optimizer update"
-    if not name.startswith("aten::"):
+    if not name.startswith(("aten::", "mkldnn::")):
         return "autograd and Python around the operators"
     return next((kind for kind, pattern in KINDS if re.search(pattern, name)), "other operators")
 
@@ -103,11 +107,18 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=["fp32", "bf16"],
                         choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--as-pretrain", action="store_true",
+                        help="run lmlab's step as `lmlab pretrain` does (oneDNN fp32 linear "
+                             "layers except on Intel CPUs, malloc keeping freed memory), not "
+                             "like for like with the products alone (PyTorch's matmul path)")
     parser.add_argument("--out", type=Path,
                         default=Path("benchmarks/results/step_breakdown.json"))
     args = parser.parse_args()
     torch.set_num_threads(2)
-    keep_freed_memory()  # as `lmlab pretrain` does
+    if args.as_pretrain:
+        keep_freed_memory()
+    else:  # as train_speed.py's "lmlab" row, which its products-alone share is of
+        os.environ["LMLAB_ONEDNN"] = "0"
     rows = []
     for objective in args.objectives:
         for setting in args.settings:
@@ -117,6 +128,7 @@ def main() -> None:
             floor_ms = min(floor_before, floor_time(objective, setting, args.steps))
             step_ms = sum(phases.values())
             rows.append({"objective": objective, "setting": setting,
+                         "as_pretrain": args.as_pretrain,
                          "step_ms": step_ms, "products_alone_ms": floor_ms,
                          "share_of_products_alone_pace": floor_ms / step_ms,
                          "phases_ms": phases, "operator_kinds_ms": kinds})
