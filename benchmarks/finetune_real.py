@@ -120,6 +120,13 @@ def main() -> None:
     parser.add_argument("--model", default="auto", help="the preset every run pre-trains")
     parser.add_argument("--random-init", action="store_true",
                         help="also fine-tune the masked model's shape from random weights")
+    parser.add_argument("--finetune-lr", default="1e-4",
+                        help="fine-tuning's peak learning rate (1e-4, the controls' setting), "
+                             "or 'default': lmlab finetune's own, which grows as the model "
+                             "narrows")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="fine-tunings per run and task; more than one reports the "
+                             "mean and standard deviation of each metric")
     parser.add_argument("--task-text", action="store_true",
                         help="also pre-train on SST-2's training sentences, labels dropped")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -139,6 +146,7 @@ def main() -> None:
     results = {"machine": machine(threads=torch_threads()),
                "pretrain_budget": " ".join(map(str, budget)), "model": args.model,
                "train_rows": args.train_rows, "epochs": args.epochs,
+               "finetune_lr": args.finetune_lr, "seeds": args.seeds,
                "task_text": args.task_text, "runs": {}}
     if args.results.is_file():  # keep what earlier invocations measured, and do not redo it
         results["runs"] = json.loads(args.results.read_text()).get("runs", {})
@@ -158,14 +166,17 @@ def main() -> None:
                 continue
             out = args.work / f"{file_name(name)}-{task}"
             start = time.perf_counter()
+            rate = [] if args.finetune_lr == "default" else ["--lr", args.finetune_lr]
             lmlab("finetune", run, *options, "--epochs", args.epochs, "--out", out,
-                  "--overwrite", "--lr", "1e-4", "--batch-size", 32)
-            found = json.loads((out / "results.json").read_text())
+                  "--overwrite", *rate, "--batch-size", 32, "--seeds", args.seeds)
+            found = json.loads((out / ("seeds.json" if args.seeds > 1 else
+                                       "results.json")).read_text())
             found["seconds"] = round(time.perf_counter() - start, 1)
             found["pretrain_budget"] = " ".join(map(str, pretraining.get(name, ["as given"])))
             results["runs"][f"{name}/{task}"] = found
             write_results(args.results, results, args.work)
-    print(json.dumps({k: v.get("test") for k, v in results["runs"].items()}, indent=2))
+    print(json.dumps({k: v.get("test", v["validation"]) for k, v in results["runs"].items()},
+                     indent=2))
 
 
 if __name__ == "__main__":
