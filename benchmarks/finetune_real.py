@@ -5,7 +5,7 @@ corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and
     python benchmarks/finetune_real.py [--shared ../shared/data] [--pretrain-minutes 5]
         [--pretrain-steps N] [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
         [--objectives mlm clm mix:clm=1,mlm=15] [--model auto] [--random-init]
-        [--task-text] [--results FILE]
+        [--finetune-lr 1e-4|default] [--seeds 1] [--task-text] [--results FILE]
 
 Every step is an `lmlab` command, as a user would run it. XQuAD (a SQuAD v1.1 dev subset) is
 split by article, not by question, into train (the first 80% of articles) and test. SST-2's
@@ -14,8 +14,9 @@ test labels are hidden, so its dev set is the test; the training file is cut to 
 bag-of-words floor (`--baseline bow`). `--random-init` adds the control: the masked objective's
 model pre-trained for one step at a learning rate of 1e-9, fine-tuned alike. `--task-text` adds
 SST-2's training sentences, labels dropped, to the pre-training corpus (task-adaptive
-pre-training, Gururangan et al. 2020; the dev set's sentences stay unseen). Writes
-benchmarks/results/finetune_real.json unless --results names another file.
+pre-training, Gururangan et al. 2020; the dev set's sentences stay unseen); its runs go in
+WORK/with-task-text. Writes benchmarks/results/finetune_real.json unless --results names another
+file; a results file is added to only by calls with its own settings.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from record import ROOT, machine, write_results
 RESULTS = Path(__file__).parent / "results" / "finetune_real.json"
 OBJECTIVES = ("mlm", "clm", "mix:clm=1,mlm=15")
 FLOOR = ["--baseline", "bow"]  # the tasks a bag-of-words floor applies to
+# What a results file's figures were measured at, with the values files written before a
+# setting was recorded had: a call adds to a file only at the same settings.
+SETTINGS = {"pretrain_budget": None, "model": None, "train_rows": None, "epochs": None,
+            "finetune_lr": "1e-4", "seeds": 1, "task_text": False}
 
 
 def lmlab(*args) -> None:
@@ -121,9 +126,9 @@ def main() -> None:
     parser.add_argument("--random-init", action="store_true",
                         help="also fine-tune the masked model's shape from random weights")
     parser.add_argument("--finetune-lr", default="1e-4",
-                        help="fine-tuning's peak learning rate (1e-4, the controls' setting), "
-                             "or 'default': lmlab finetune's own, which grows as the model "
-                             "narrows")
+                        help="fine-tuning's peak learning rate (1e-4, as earlier results "
+                             "used), or 'default': lmlab finetune's own, which grows as the "
+                             "model narrows")
     parser.add_argument("--seeds", type=int, default=1,
                         help="fine-tunings per run and task; more than one reports the "
                              "mean and standard deviation of each metric")
@@ -149,13 +154,20 @@ def main() -> None:
                "finetune_lr": args.finetune_lr, "seeds": args.seeds,
                "task_text": args.task_text, "runs": {}}
     if args.results.is_file():  # keep what earlier invocations measured, and do not redo it
-        results["runs"] = json.loads(args.results.read_text()).get("runs", {})
+        earlier = json.loads(args.results.read_text())
+        differ = [name for name, before in SETTINGS.items()
+                  if earlier.get(name, before) != results[name]]
+        if differ:
+            sys.exit(f"{args.results} holds results at other settings ({', '.join(differ)}); "
+                     f"name another --results")
+        results["runs"] = earlier.get("runs", {})
+    home = args.work / "with-task-text" if args.task_text else args.work
     runs = dict(named.split("=", 1) for named in args.run)
     pretraining = {objective: budget for objective in args.objectives}
     if args.random_init:
         pretraining["random-init"] = ["--steps", 1, "--lr", 1e-9]
     for name, run_budget in pretraining.items():
-        run = runs[name] = args.work / file_name(name)
+        run = runs[name] = home / file_name(name)
         if not (run / "checkpoints").is_dir():
             objective = "mlm" if name == "random-init" else name
             lmlab("pretrain", "--objective", objective, "--model", args.model, "--data",
@@ -164,19 +176,19 @@ def main() -> None:
         for task, options in tasks(args.shared, args.work, args.train_rows).items():
             if (args.only and task not in args.only) or f"{name}/{task}" in results["runs"]:
                 continue
-            out = args.work / f"{file_name(name)}-{task}"
+            out = home / f"{file_name(name)}-{task}"
             start = time.perf_counter()
             rate = [] if args.finetune_lr == "default" else ["--lr", args.finetune_lr]
             lmlab("finetune", run, *options, "--epochs", args.epochs, "--out", out,
                   "--overwrite", *rate, "--batch-size", 32, "--seeds", args.seeds)
             found = json.loads((out / ("seeds.json" if args.seeds > 1 else
                                        "results.json")).read_text())
-            found["seconds"] = round(time.perf_counter() - start, 1)
+            found["seconds"] = round(time.perf_counter() - start, 1)  # all its seeds
             found["pretrain_budget"] = " ".join(map(str, pretraining.get(name, ["as given"])))
             results["runs"][f"{name}/{task}"] = found
             write_results(args.results, results, args.work)
-    print(json.dumps({k: v.get("test", v["validation"]) for k, v in results["runs"].items()},
-                     indent=2))
+    print(json.dumps({k: v.get("test") or v.get("validation")
+                      for k, v in results["runs"].items()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -35,8 +35,10 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from record import machine, write_results
@@ -74,9 +76,17 @@ def model_config(objective_name: str, shape: Shape):
     return preset(f"{family}-{shape.size}", shape.vocab, shape.seq, dropout=0.0)
 
 
-def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
-    """lmlab's step in its parts, as `lmlab pretrain` makes them: (make a batch on the host,
-    batch → loss, the optimizer, (config, objective))."""
+class LmlabParts(NamedTuple):
+    """lmlab's step in its parts, as `lmlab pretrain` makes them."""
+
+    make_batch: Callable  # () → a batch on the host
+    compute_loss: Callable  # batch → the loss
+    optimizer: torch.optim.Optimizer
+    counted: tuple  # (model config, objective), for MFU
+
+
+def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape,
+                device: torch.device) -> LmlabParts:
     from lmlab import LanguageModel, SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.train.optim import make_optimizer
@@ -96,25 +106,36 @@ def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape, device: 
                                generator=generator)
         return objective.make_batch(tokens, generator)
 
-    return make_batch, compute_loss, optimizer, (cfg, objective)
+    return LmlabParts(make_batch, compute_loss, optimizer, (cfg, objective))
+
+
+def lmlab_step(parts: LmlabParts, precision: str, device: torch.device,
+               phase_done: Callable[[], None] = lambda: None) -> None:
+    """One training step, calling `phase_done` after each of its phases: the batch made and
+    moved, forward (with the fused loss's own gradient, which it forms as it goes), backward,
+    the optimizer's step."""
+    batch = parts.make_batch().to(device)
+    phase_done()
+    with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
+        loss = parts.compute_loss(batch).mean()
+    phase_done()
+    loss.backward()
+    phase_done()
+    parts.optimizer.step()
+    parts.optimizer.zero_grad(set_to_none=True)
+    phase_done()
 
 
 def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
-    make_batch, compute_loss, optimizer, counted = lmlab_parts(objective_name, compile_model,
-                                                               shape, device)
+    parts = lmlab_parts(objective_name, compile_model, shape, device)
 
     def step(precision: str) -> None:
-        batch = make_batch().to(device)
-        with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
-            loss = compute_loss(batch).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        lmlab_step(parts, precision, device)
 
     # MFU counts the vocabulary projection and the last block past attention at the share
     # of positions the objective predicts (15% for MLM), as `lmlab pretrain` does: never
     # work lmlab does not do.
-    return step, counted
+    return step, parts.counted
 
 
 def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
