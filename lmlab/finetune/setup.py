@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lmlab.finetune.base import Task, resolve_reading
+from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr, where_filter
 from lmlab.finetune.data import TaskData
@@ -70,7 +70,8 @@ def read_splits(cfg: FinetuneConfig) -> Splits:
 def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneConfig:
     """`cfg` with every `auto`/none that depends on the model or the data made concrete, so
     the saved config says exactly how the model was fine-tuned and reads."""
-    reading = resolve_reading(pretrained.objective, cfg.attention, cfg.pooling)
+    reading = resolve_reading(pretrained.objective, cfg.attention, cfg.pooling,
+                              _recorded_pooling(pretrained))
     max_len = cfg.max_len or pretrained.max_seq_len
     if max_len > pretrained.max_seq_len:
         raise FinetuneError(f"--max-len {max_len} is longer than the model's context of "
@@ -138,7 +139,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     started = start(cfg, env, out, _run_config(out, cfg, pretrained, model, task), model,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
-        print(_description(source, cfg, task, len(train_rows)))
+        print(_description(source, cfg, task, len(train_rows), pretrained))
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -194,8 +195,19 @@ def _run_config(out: Path, cfg: FinetuneConfig, pretrained: Run, model: Language
         special_tokens=pretrained.config.special_tokens)
 
 
-def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:
-    pooling = f", {cfg.pooling} pooling" if Pooling in HEADS[task.head].accepts else ""
+def _recorded_pooling(run: Run) -> str | None:
+    """The pooling the run records for its embeddings (an imported sentence-transformers
+    model's, kept through --init), or None."""
+    return None if run.config.embedding is None else run.config.embedding.pooling
+
+
+def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int,
+                 pretrained: Run) -> str:
+    pooling = ""
+    if Pooling in HEADS[task.head].accepts:
+        recorded = RECORDED_POOLINGS.get(_recorded_pooling(pretrained))
+        origin = " (as the model records)" if recorded == cfg.pooling else ""
+        pooling = f", {cfg.pooling} pooling{origin}"
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
