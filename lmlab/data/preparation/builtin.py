@@ -42,6 +42,7 @@ from lmlab.data.preparation.encode import (
 )
 from lmlab.data.readers import ReadStats, read_sources
 from lmlab.data.recipe import Recipe
+from lmlab.data.split_check import checked_splits
 from lmlab.data.streaming import Progress, chunked, in_background
 
 
@@ -103,8 +104,9 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
            workers: Workers) -> dict:
     reading = ReadStats()
     reports = [CleaningReport() for _ in groups]
-    cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1, workers)
-               for group, report in zip(groups, reports, strict=True)]
+    cleaned = checked_splits([_cleaned(group, recipe, reading, report, len(groups) > 1, workers)
+                              for group, report in zip(groups, reports, strict=True)],
+                             recipe.validation_fraction, recipe.blank_line_documents)
     weighted = groups[0].weight is not None
     plan = None
     if recipe.trains_tokenizer or weighted:
