@@ -110,7 +110,7 @@ def test_help_shows_defaults_and_choices(capsys):
         main(["pretrain", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "peak learning rate (default: 0.001)" in shown
-    assert "--precision {fp32,bf16,fp16}" in shown
+    assert "--precision {auto,fp32,bf16,fp16}" in shown
     assert "share of ordinary tokens a masked objective selects (default: 0.15)" in shown
 
 

@@ -37,7 +37,7 @@ from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
 from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 
 
 class FinetuneError(ValueError):
@@ -99,6 +99,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
