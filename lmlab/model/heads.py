@@ -166,8 +166,8 @@ class SpanHead(Head):
 
 
 class DiscriminatorHead(Head):
-    """ELECTRA's discriminator: dense → activation → one score per token, (B, T) or (N,), the
-    logit that the token was replaced (Clark et al. 2020; HF `ElectraDiscriminatorPredictions`,
+    """ELECTRA's discriminator: dense → activation → one score per token, (B, T, 1) or (N, 1),
+    the logit that the token was replaced (Clark et al. 2020; HF `ElectraDiscriminatorPredictions`,
     exact GELU as its BERT-family configs)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -176,7 +176,7 @@ class DiscriminatorHead(Head):
         self.score = Linear(cfg.d_model, 1)
 
     def forward(self, hidden: Tensor, at: Positions | None = None) -> Tensor:
-        return self.score(F.gelu(self.transform(read_tokens(hidden, at)))).squeeze(-1)
+        return self.score(F.gelu(self.transform(read_tokens(hidden, at))))
 
 
 GENERATOR_SIZES = ("width/4", "width/2", "depth/2")

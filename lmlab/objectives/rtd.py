@@ -129,7 +129,7 @@ class ReplacedTokenDetection(Objective):
         corrupted = original.flatten().index_put((at.flat,), sampled).view_as(original)
         scores = model(**{**inputs, "input_ids": corrupted,
                           "predict_at": {"rtd": batch.predict_at["rtd"]}})["rtd"]
-        return {"generator": logits, "rtd": scores,
+        return {"generator": logits, "rtd": scores.squeeze(-1),
                 "replaced": replaced_labels(original, corrupted)}
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
