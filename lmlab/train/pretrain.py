@@ -187,8 +187,9 @@ def _starting_model(cfg: TrainConfig, objective: Objective, special: SpecialToke
     """A new model of the preset asked for, or the --init source's, with the objective's
     heads."""
     if source is None:
-        return LanguageModel(model_config(cfg, objective, special), heads=objective.heads)
-    return warm_started_model(source, objective.heads)
+        model_cfg = model_config(cfg, objective, special)
+        return LanguageModel(model_cfg, heads=objective.build_heads(model_cfg))
+    return warm_started_model(source, objective.build_heads(source.model_cfg))
 
 
 def _run_config(cfg: TrainConfig, out: Path, dataset: Dataset, model_cfg: ModelConfig,
