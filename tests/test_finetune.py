@@ -77,14 +77,21 @@ def sentiment(tmp_path):
             write_tsv(tmp_path / "dev.tsv", "label\tsentence", sentiment_rows(40, 2)))
 
 
+@pytest.fixture
+def held_out(tmp_path):
+    """Test rows apart from the validation rows that choose the best checkpoint."""
+    return write_tsv(tmp_path / "test.tsv", "label\tsentence", sentiment_rows(40, 3))
+
+
 FAST = ["--batch-size", "16", "--lr", "2e-3", "--log-every", "5"]
 
 
-def test_classify_learns_and_the_run_predicts_at_once(runs, sentiment, tmp_path, capsys):
+def test_classify_learns_and_the_run_predicts_at_once(runs, sentiment, held_out, tmp_path,
+                                                      capsys):
     train, dev = sentiment
     out = tmp_path / "ft"
     code, stdout, _ = run_cli(capsys, "finetune", runs["mlm"], "--task", "classify", "--train",
-                              train, "--validation", dev, "--test", dev, "--out", out,
+                              train, "--validation", dev, "--test", held_out, "--out", out,
                               "--epochs", "4", *FAST)
     assert code == 0
     assert "bidirectional attention, mean pooling" in stdout
@@ -201,21 +208,56 @@ def test_ner_tags_words_and_groups_entities(runs, tmp_path, capsys):
         sentence.append((rng.choice(["Paris", "Berlin"]), "B-LOC"))
         sentences.append(sentence)
     data = conll_file(tmp_path / "ner.conll", sentences)
+    test = conll_file(tmp_path / "ner-test.conll", sentences[::-1])  # not the validation file
     out = tmp_path / "ft"
     code, _, _ = run_cli(capsys, "finetune", runs["mlm"], "--task", "ner", "--train", data,
-                         "--validation", data, "--test", data, "--out", out, "--epochs", "5",
+                         "--validation", data, "--test", test, "--out", out, "--epochs", "5",
                          *FAST)
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert results["test"]["f1"] > 0.8
     predicted = (out / "predictions-test.conll").read_text().split("\n\n")[0].splitlines()
-    assert [line.split("\t")[:2] for line in predicted] == [list(p) for p in sentences[0]]
+    assert [line.split("\t")[:2] for line in predicted] == [list(p) for p in sentences[-1]]
     text = "  ".join(word for word, _ in sentences[0])  # raw text, split again by predict
     code, stdout, _ = run_cli(capsys, "predict", out, "--json", text)
     entities = json.loads(stdout)["entities"]
     expected = {(tag[2:], word) for word, tag in sentences[0] if tag != "O"}
     assert {(e["entity_group"], e["word"]) for e in entities} == expected
     assert all(text[e["start"]:e["end"]] == e["word"] for e in entities)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("same", ["path", "copy"])
+def test_a_test_that_is_the_validation_data_is_not_scored_as_a_test(runs, sentiment, tmp_path,
+                                                                     capsys, same):
+    train, dev = sentiment
+    test = dev
+    if same == "copy":  # the same rows under another name
+        test = tmp_path / "copy.tsv"
+        test.write_bytes((tmp_path / "dev.tsv").read_bytes())
+    out = tmp_path / "ft"
+    code, _, err = run_cli(capsys, "finetune", runs["mlm"], "--train", train, "--validation",
+                           dev, "--test", test, "--out", out, "--steps", "1", *FAST)
+    assert code == 0
+    warning = [line for line in err.splitlines() if "same data as --validation" in line]
+    assert len(warning) == 1
+    results = json.loads((out / "results.json").read_text())
+    assert "validation" in results and "test" not in results
+    assert not (out / "predictions-test.jsonl").exists()
+
+
+def test_a_test_with_other_rows_of_the_same_file_is_scored(runs, sentiment, tmp_path, capsys):
+    train, _ = sentiment
+    rows = sentiment_rows(40, 2)
+    data = write_tsv(tmp_path / "both.tsv", "label\tsentence\tpart",
+                     [(*row, "dev" if i % 2 else "test") for i, row in enumerate(rows)])
+    out = tmp_path / "ft"
+    code, _, err = run_cli(capsys, "finetune", runs["mlm"], "--train", train, "--validation",
+                           data, "--validation-where", "part=dev", "--test", data,
+                           "--test-where", "part=test", "--out", out, "--steps", "1", *FAST)
+    assert code == 0 and "same data" not in err
+    results = json.loads((out / "results.json").read_text())
+    assert "test" in results
 
 
 @pytest.mark.slow

@@ -127,3 +127,31 @@ def test_the_machine_is_named_by_its_cpu():
 
     facts = load_record().machine(threads=2)
     assert facts["cpu"] == cpu_name() and facts["cpu"] and facts["threads"] == 2
+
+
+def scored_splits(value, where="the file"):
+    """(where, validation, test) for every block of a JSON tree that scores both splits."""
+    if isinstance(value, dict):
+        if isinstance(value.get("validation"), dict) and isinstance(value.get("test"), dict):
+            yield where, value["validation"], value["test"]
+        for key, item in value.items():
+            yield from scored_splits(item, key)
+    elif isinstance(value, list):
+        for item in value:
+            yield from scored_splits(item, where)
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.rglob("*.json")),
+                         ids=lambda p: str(p.relative_to(RESULTS)))
+def test_no_test_block_is_the_validation_block(path):
+    """The validation split chooses the best checkpoint; a "test" that repeats its scores is
+    no test, and a figure quoted from it would be optimistic."""
+    same = [where for where, validation, test in scored_splits(json.loads(path.read_text()))
+            if validation == test]
+    assert same == []
+
+
+def test_the_check_finds_a_test_that_repeats_validation():
+    scores = {"accuracy": 0.8}
+    found = scored_splits({"runs": {"a/sst2": {"validation": scores, "test": dict(scores)}}})
+    assert [where for where, validation, test in found if validation == test] == ["a/sst2"]

@@ -46,6 +46,18 @@ def flat_fields(config_class: type) -> dict[str, Any]:
     return {name: kind for name, (_, kind) in field_specs(config_class).items()}
 
 
+def flat_values(config: Any) -> dict[str, Any]:
+    """Every field's value in `config`, by flat name (grouped fields under their own names)."""
+    found = {}
+    for spec in fields(config):
+        value = getattr(config, spec.name)
+        if dataclasses.is_dataclass(value):
+            found.update(flat_values(value))
+        else:
+            found[spec.name] = value
+    return found
+
+
 def check_field(name: str, config_class: type) -> None:
     names = list(flat_fields(config_class))
     if name not in names:

@@ -56,6 +56,7 @@ from lmlab.data.readers import ReadStats, read_sources, source_files
 from lmlab.data.recipe import Recipe, make_recipe
 from lmlab.data.shards import TokenWriter, pack_documents
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.data.split_check import checked_splits
 from lmlab.data.stats import TokenStats, format_report, token_summary
 from lmlab.data.streaming import Progress, chunked, in_background
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
@@ -265,8 +266,9 @@ def _build(groups: list[_Group], recipe: Recipe, work: Path, input_bytes: int | 
            workers: Workers) -> dict:
     reading = ReadStats()
     reports = [CleaningReport() for _ in groups]
-    cleaned = [_cleaned(group, recipe, reading, report, len(groups) > 1, workers)
-               for group, report in zip(groups, reports, strict=True)]
+    cleaned = checked_splits([_cleaned(group, recipe, reading, report, len(groups) > 1, workers)
+                              for group, report in zip(groups, reports, strict=True)],
+                             recipe.validation_fraction, recipe.blank_line_documents)
     weighted = groups[0].weight is not None
     plan = None
     if recipe.trains_tokenizer or weighted:

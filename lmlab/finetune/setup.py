@@ -9,11 +9,13 @@ and plots.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lmlab.finetune.base import Task, resolve_reading
+from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr, where_filter
 from lmlab.finetune.data import TaskData
@@ -61,16 +63,43 @@ def read_splits(cfg: FinetuneConfig) -> Splits:
     splits = Splits(train, files.read(cfg.validation, where_filter(cfg.validation_where)),
                     None, labels)
     files.check_known(splits.validation, labels, cfg.validation)
-    if cfg.test:
+    if cfg.test and same_data((cfg.validation, cfg.validation_where), (cfg.test, cfg.test_where)):
+        # the best checkpoint is chosen on validation, so its score there is no test score
+        print(f"lmlab finetune: --test {cfg.test} is the same data as --validation, which "
+              "chooses the best checkpoint; it is not scored as a test", file=sys.stderr)
+    elif cfg.test:
         splits.test = files.read(cfg.test, where_filter(cfg.test_where))
         files.check_known(splits.test, labels, cfg.test)
     return splits
 
 
+def same_data(first: tuple[str, str | None], second: tuple[str, str | None]) -> bool:
+    """Whether two (file, where filter) pairs select the same rows: the same filter, and the
+    same file by path or by content."""
+    (first_path, first_where), (second_path, second_where) = first, second
+    if first_where != second_where:
+        return False
+    first_path, second_path = Path(first_path), Path(second_path)
+    if first_path.resolve() == second_path.resolve():
+        return True
+    return (first_path.is_file() and second_path.is_file()
+            and first_path.stat().st_size == second_path.stat().st_size
+            and _digest(first_path) == _digest(second_path))
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneConfig:
     """`cfg` with every `auto`/none that depends on the model or the data made concrete, so
     the saved config says exactly how the model was fine-tuned and reads."""
-    reading = resolve_reading(pretrained.objective, cfg.attention, cfg.pooling)
+    reading = resolve_reading(pretrained.objective, cfg.attention, cfg.pooling,
+                              _recorded_pooling(pretrained))
     max_len = cfg.max_len or pretrained.max_seq_len
     if max_len > pretrained.max_seq_len:
         raise FinetuneError(f"--max-len {max_len} is longer than the model's context of "
@@ -138,7 +167,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     started = start(cfg, env, out, _run_config(out, cfg, pretrained, model, task), model,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
-        print(_description(source, cfg, task, len(train_rows)))
+        print(_description(source, cfg, task, len(train_rows), pretrained))
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -194,8 +223,19 @@ def _run_config(out: Path, cfg: FinetuneConfig, pretrained: Run, model: Language
         special_tokens=pretrained.config.special_tokens)
 
 
-def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int) -> str:
-    pooling = f", {cfg.pooling} pooling" if Pooling in HEADS[task.head].accepts else ""
+def _recorded_pooling(run: Run) -> str | None:
+    """The pooling the run records for its embeddings (an imported sentence-transformers
+    model's, kept through --init), or None."""
+    return None if run.config.embedding is None else run.config.embedding.pooling
+
+
+def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int,
+                 pretrained: Run) -> str:
+    pooling = ""
+    if Pooling in HEADS[task.head].accepts:
+        recorded = RECORDED_POOLINGS.get(_recorded_pooling(pretrained))
+        origin = " (as the model records)" if recorded == cfg.pooling else ""
+        pooling = f", {cfg.pooling} pooling{origin}"
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "

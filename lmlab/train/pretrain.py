@@ -193,14 +193,16 @@ def _starting_model(cfg: TrainConfig, objective: Objective, special: SpecialToke
 def _run_config(cfg: TrainConfig, out: Path, dataset: Dataset, model_cfg: ModelConfig,
                 source: InitSource | None) -> RunConfig:
     """config.json: the settings, the model, the dataset and, with --init, the source (and
-    its tokenizer's special-token names)."""
+    its tokenizer's special-token names, and how it embeds: continuing a sentence-transformers
+    model keeps its pooling for embed and fine-tuning)."""
     data = seen_from_run(out, dataset.path) if dataset.path else None
     if source is None:
         return RunConfig(model_cfg, cfg.to_dict(), dataset=data)
     init = InitRecord(seen_from_run(out, source.run.path), source.checkpoint,
                       source.weights_sha256)
     return RunConfig(model_cfg, cfg.to_dict(), dataset=data, init=init,
-                     special_tokens=source.run.config.special_tokens)
+                     special_tokens=source.run.config.special_tokens,
+                     embedding=source.run.config.embedding)
 
 
 def _with_budgets(cfg: TrainConfig, config: RunConfig) -> TrainConfig:
