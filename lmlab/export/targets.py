@@ -1,7 +1,7 @@
 """Which Hugging Face class a run exports to, or why none reproduces it exactly.
 
-The family (bert, gpt2, modern, modernbert) fixes the HF architecture; the heads of a pre-trained run, or
-the traits of a fine-tuned run's task, fix the class; the way the model reads (its objective's
+The family (bert, gpt2, modern, modernbert) fixes the HF architecture; the heads of a
+pre-trained run, or the traits of a fine-tuned run's task, fix the class; the way the model reads (its objective's
 attention, a fine-tuned run's attention and pooling) must be the one that class computes with,
 or the exported model would give other answers.
 """
