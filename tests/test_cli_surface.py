@@ -69,7 +69,7 @@ SURFACE = {
                  "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }
-PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern")
+PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern", "modernbert")
            for size in ("tiny", "mini", "small", "medium", "base")]
 OBJECTIVES = ["mlm", "mntp", "clm", "prefix", "span", "mlm+nsp", "rtd", "mix:A=w,B=w",
               "alternate:A,B@steps", "then:A,B@fraction"]
