@@ -37,7 +37,7 @@ from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
 from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 
 
 class FinetuneError(ValueError):
@@ -90,6 +90,15 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     return out
 
 
+def _encoded(task: Task, splits: Splits, encoder: Encoder, announce: bool) -> tuple[list, list]:
+    """The training and validation rows; saying so first, as a large file takes a while."""
+    if announce:
+        print(f"tokenising {len(splits.train):,} training and {len(splits.validation):,} "
+              "validation examples", flush=True)
+    return (task.encode(splits.train, encoder, training=True),
+            task.encode(splits.validation, encoder, training=False))
+
+
 def _out_dir(cfg: FinetuneConfig) -> Path:
     return Path(cfg.out or f"runs/finetune-{cfg.task}")
 
@@ -99,6 +108,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
@@ -108,8 +118,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
     encoder = Encoder(tokenizer, pretrained.special, cfg.max_len, token_types)
-    train_rows = task.encode(splits.train, encoder, training=True)
-    validation_rows = task.encode(splits.validation, encoder, training=False)
+    train_rows, validation_rows = _encoded(task, splits, encoder, env.is_main)
 
     out = _out_dir(cfg)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing

@@ -40,24 +40,29 @@ class TaskTraits:
     bag_of_words_floor: bool = False
 
 
+def encoder_classes(kind: str) -> dict[str, str]:
+    """The BERT and ModernBERT classes of one kind, e.g. "TokenClassification"."""
+    return {"bert": f"BertFor{kind}", "modernbert": f"ModernBertFor{kind}"}
+
+
 TASKS: dict[str, TaskTraits] = {
     "classify": TaskTraits(
         "text → label", "classify", "accuracy", "table", "label", "optional",
-        {"bert": "BertForSequenceClassification"}, "single_label_classification",
+        encoder_classes("SequenceClassification"), "single_label_classification",
         bag_of_words_floor=True),
     "pairs": TaskTraits(
         "two texts → label", "classify", "accuracy", "table", "label", "required",
-        {"bert": "BertForSequenceClassification"}, "single_label_classification",
+        encoder_classes("SequenceClassification"), "single_label_classification",
         bag_of_words_floor=True),
     "regress": TaskTraits(
         "text(s) → number", "classify", "pearson", "table", "number", "optional",
-        {"bert": "BertForSequenceClassification"}, "regression"),
+        encoder_classes("SequenceClassification"), "regression"),
     "qa": TaskTraits(
         "SQuAD JSON → answer span", "span", "f1", "squad", "answer", "required",
-        {"bert": "BertForQuestionAnswering"}),
+        encoder_classes("QuestionAnswering")),
     "ner": TaskTraits(
         "CoNLL → tags", "tag", "f1", "conll", "tags", "never",
-        {"bert": "BertForTokenClassification"}),
+        encoder_classes("TokenClassification")),
 }
 
 
