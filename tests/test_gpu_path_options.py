@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lmlab import LanguageModel, SpecialTokens, preset
+from lmlab.config.training import TrainConfig
 from lmlab.objectives.registry import build_objective
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 from tests.synthetic_run import synthetic_dataset
 

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmlab.config.training import TrainConfig
 from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
 from lmlab.train import loop
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 from tests.synthetic_run import synthetic_dataset
 

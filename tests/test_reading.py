@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import lmlab.data
+from lmlab.config.training import TrainConfig
 from lmlab.data.loader import BlockBatches
-from lmlab.train.config import TrainConfig
 from lmlab.train.metrics import read_metrics
 from lmlab.train.pretrain import pretrain
 
