@@ -180,9 +180,9 @@ def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
     from lmlab.finetune.config import FinetuneConfig
     from lmlab.finetune.data import TaskData
     from lmlab.finetune.predict import predict
+    from lmlab.runs.metrics import read_metrics
     from lmlab.runs.run import load_run
     from lmlab.train import loop
-    from lmlab.train.metrics import read_metrics
 
     marks: dict[str, tuple[float, float]] = {}
     takes: list[tuple[float, float]] = []

@@ -274,7 +274,7 @@ def test_the_analysis_finds_where_one_objective_overtakes_another(tmp_path):
 def test_every_sub_run_and_probe_reports_to_the_trackers(world, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from lmlab.train.metrics import read_metrics
+    from lmlab.runs.metrics import read_metrics
 
     out = tmp_path / "lab"
     words = ["compare", "--objectives", "mlm,clm", "--budget", "4", "--match", "steps",

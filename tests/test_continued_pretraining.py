@@ -26,10 +26,10 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
 from lmlab.model import MaskSpec
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of
+from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
 from lmlab.serve.runs import RunTable
 from lmlab.train import pretrain as pretraining
-from lmlab.train.metrics import read_metrics
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama
 from tests.test_pretrain import SCRIPT, run_script, torchrun, train_losses
 

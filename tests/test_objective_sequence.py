@@ -16,8 +16,8 @@ from lmlab.objectives import CausalLM, MaskedLM, SpecialTokens, Then
 from lmlab.objectives.registry import build_objective, split_specs
 from lmlab.presets import preset
 from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import pretrain as pretraining
-from lmlab.train.metrics import read_metrics
 from tests.conftest import random_block, seeded
 from tests.synthetic_run import synthetic_dataset
 

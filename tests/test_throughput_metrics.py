@@ -7,8 +7,9 @@ import torch
 
 from lmlab.config import ModelConfig
 from lmlab.model.flops import flops_per_token
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import flops
-from lmlab.train.metrics import MetricsLog, read_metrics
+from lmlab.train.metrics import MetricsLog
 
 
 def test_flops_per_token_by_hand():

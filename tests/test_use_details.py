@@ -22,7 +22,7 @@ from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens
 from lmlab.report.plots import loss_name
 from lmlab.runs import load_run
-from lmlab.train.metrics import read_metrics
+from lmlab.runs.metrics import read_metrics
 from lmlab.train.pretrain import pretrain
 from tests.hf_runs import pretrained_run
 

@@ -30,7 +30,7 @@ from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
 from lmlab.presets import auto_family, preset
-from lmlab.runs.layout import seen_from_run
+from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
@@ -40,7 +40,7 @@ from lmlab.train.loop import (
     Training,
     run_training,
 )
-from lmlab.train.resume import BUDGETS, trained_steps
+from lmlab.train.resume import BUDGETS
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
