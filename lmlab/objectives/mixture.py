@@ -105,6 +105,10 @@ class Mixture(Objective):
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_rows(rows, lambda o, count: o.predicted_fraction(count, seq_len))
 
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        return sum(o.target_bound(count, seq_len) for o, count in zip(
+            self.objectives, rows_per_objective(rows, self.weights), strict=True))
+
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """With one head (GPT-BERT's clm + mntp), the parts' positions reach it as one set,
         where the last block runs; with several, it runs everywhere."""
@@ -219,6 +223,9 @@ class Alternating(Objective):
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        return max(o.target_bound(rows, seq_len) for o in self.objectives)
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle ones at no position), so with several heads

@@ -61,6 +61,9 @@ class Then(Objective):
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
 
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        return max(o.target_bound(rows, seq_len) for o in self.objectives)
+
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle one at no position), so with two heads the
         last block runs everywhere."""
