@@ -50,9 +50,12 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 
 
 
 def objective_flops_per_token(cfg: ModelConfig, seq_len: int, objective, rows: int) -> float:
-    """`flops_per_token` as `objective` trains on micro-batches of `rows` rows."""
-    return flops_per_token(cfg, seq_len, objective.predicted_fraction(rows, seq_len),
-                           objective.last_block_fraction(rows, seq_len))
+    """`flops_per_token` as `objective` trains on micro-batches of `rows` rows, with the
+    models it trains beside it (ELECTRA's generator)."""
+    companions = sum(flops_per_token(other, seq_len, share) for other, share
+                     in objective.companion_models(cfg, rows, seq_len))
+    return companions + flops_per_token(cfg, seq_len, objective.predicted_fraction(rows, seq_len),
+                                        objective.last_block_fraction(rows, seq_len))
 
 
 def _cache_file() -> Path:

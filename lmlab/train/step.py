@@ -53,10 +53,10 @@ def forward_loss(model, objective, compile_model: bool, one_graph: bool | None =
     forward = torch.compile(model) if compile_model else model
 
     def chunked(batch) -> LossSum:
-        return objective.loss(forward(**batch.model_inputs(), unprojected=True), batch)
+        return objective.loss(objective.outputs(forward, batch, unprojected=True), batch)
 
     def whole(batch) -> LossSum:
-        return objective.loss(model(**batch.model_inputs()), batch)
+        return objective.loss(objective.outputs(model, batch), batch)
 
     whole_graph = torch.compile(whole) if compile_model and one_graph else whole
     bound = objective.target_bound if compile_model and isinstance(objective, Objective) \
@@ -64,8 +64,9 @@ def forward_loss(model, objective, compile_model: bool, one_graph: bool | None =
     fits: dict[int, bool] = {}  # by rows: free memory is read once per shape
 
     def run(batch) -> LossSum:
-        if bound is not None:
-            batch = batch.with_positions_padded(bound(*batch.input_ids.shape))
+        padded_to = None if bound is None else bound(*batch.input_ids.shape)
+        if padded_to is not None:
+            batch = batch.with_positions_padded(padded_to)
         rows = batch.input_ids.numel()
         if one_graph and rows not in fits:
             fits[rows] = whole_logits_fit(rows, inner.cfg.vocab_size, device)
