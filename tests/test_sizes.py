@@ -13,9 +13,8 @@ LONG_MODULES = {
 }
 LONG_FUNCTIONS = {
     "lmlab.commands.prepare.add_prepare_command", "lmlab.compare.commands.add_compare_command",
-    "lmlab.eval.scoring.score_documents", "lmlab.finetune.setup._finetune_one",
+    "lmlab.eval.scoring.score_documents",
     "lmlab.infer.decoding.decode", "lmlab.kernels.linear_cross_entropy.forward",
-    "lmlab.train.pretrain.pretrain",
 }
 
 
