@@ -24,7 +24,9 @@ from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
 from lmlab.finetune.traits import TASKS
+from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
+from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import HEADS, make_head
 from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
@@ -33,9 +35,8 @@ from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
 from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
-from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
+from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training, run_training
-from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 
