@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.data.cleaning import CleaningReport
+from lmlab.data.datatrove_quiet import datatrove_logs_in, local_executor
 from lmlab.data.datatrove_steps import (
     PARTS,
     TOKENIZER,
@@ -70,6 +71,7 @@ class Engine:
 
     executor: str = "local"
     tasks: int | None = None
+    verbose: bool = False  # datatrove's own output too (else in WORK/logs, datatrove_quiet.py)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -107,8 +109,9 @@ def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs
     sources = [str(Path(source).absolute()) for source in sources]
     work = out.parent / f".{out.name}.datatrove"
     try:
-        dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
-            sources, recipe, inputs, engine, work, staging))
+        with datatrove_logs_in(work / "logs" / "lmlab.log", engine.verbose):
+            dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
+                sources, recipe, inputs, engine, work, staging))
     except StageUnfinished:
         raise
     except DataError:  # the input's fault: nothing in the work folder can be reused
@@ -249,9 +252,7 @@ def _text(document) -> bytes:
 
 def _executor(engine: Engine, stage: Stage, logs: Path):
     if engine.executor == "local":
-        from datatrove.executor import LocalPipelineExecutor
-
-        return LocalPipelineExecutor(stage.pipeline, tasks=stage.tasks,
+        return local_executor(engine.verbose)(stage.pipeline, tasks=stage.tasks,
                                      workers=min(stage.tasks, len(os.sched_getaffinity(0))),
                                      logging_dir=str(logs))
     if engine.executor == "ray":
