@@ -95,7 +95,7 @@ def test_a_broken_tracker_refuses_fine_tuning_before_anything_is_written(broken_
 def test_bad_input_under_datatrove_is_one_line_and_its_traceback_stays_in_the_logs(
         tmp_path, capfd, monkeypatch):
     pytest.importorskip("datatrove")
-    import lmlab.data.datatrove_prepare as datatrove_prepare
+    import lmlab.data.preparation.datatrove as datatrove_prepare
 
     # the work folder would go with the bad input: keep it to read its logs
     monkeypatch.setattr(datatrove_prepare.shutil, "rmtree", lambda path, **_: None)
