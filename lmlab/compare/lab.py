@@ -57,6 +57,10 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
     for line in analysis.verdict_lines:
         print(f"  {line}")
+    full = max(cfg.fractions)
+    for line in floors.below({(r.measure, r.objective): r.mean for r in analysis.rows
+                              if r.fraction == full}):
+        print(f"  warning: {line}")
     if floors.by_measure:
         print("bag-of-words floors (a probe's score below its floor is a warning):")
     for measure, floor in floors.by_measure.items():
