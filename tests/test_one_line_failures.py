@@ -112,3 +112,31 @@ def test_bad_input_under_datatrove_is_one_line_and_its_traceback_stays_in_the_lo
     logs = "".join(path.read_text() for path in (work / "logs").rglob("task_*.log"))
     assert "Traceback" in logs and "not valid JSON" in logs
     assert (work / "logs" / "lmlab.log").is_file()
+
+
+def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
+    from lmlab.data.errors import DataError
+    from lmlab.finetune.readers import _delimited_rows
+
+    table = tmp_path / "tweets.csv"
+    table.write_text('label,text\npos,"good movie\nneg,bad movie\npos,fine\n')
+    with pytest.raises(DataError) as raised:
+        list(_delimited_rows(table))
+    assert str(raised.value) == (f"{table}:2: a quote opened in this row is never closed, so "
+                                 "the rest of the file was read as one cell")
+    closed = tmp_path / "closed.csv"
+    closed.write_text('label,text\npos,"good\nmovie"\nneg,bad\n')
+    assert list(_delimited_rows(closed)) == [(2, {"label": "pos", "text": "good\nmovie"}),
+                                             (4, {"label": "neg", "text": "bad"})]
+
+
+def test_importing_a_file_that_is_no_model_says_so(tmp_path, capsys):
+    weights = tmp_path / "pytorch_model.bin"
+    weights.write_bytes(b"\0" * 16)
+    assert main(["import", str(weights), "--out", str(tmp_path / "run")]) == 1
+    assert error_line(capsys.readouterr().err) == (
+        f"lmlab: error: {weights} is a file, not a model lmlab imports: give a Hugging Face "
+        "model directory (config.json, weights, tokenizer) or a .gguf file")
+    assert main(["import", str(tmp_path / "missing"), "--out", str(tmp_path / "run")]) == 1
+    assert error_line(capsys.readouterr().err).endswith("missing: no such directory")
+    assert not (tmp_path / "run").exists()

@@ -146,6 +146,10 @@ def read_tokenizer(directory: Path) -> Tokenizer:
 
 
 def read_hf_directory(directory: Path, allow_pickle: bool = False) -> HFModel:
+    if directory.is_file():
+        raise HFImportError(f"{directory} is a file, not a model lmlab imports: give a Hugging "
+                            "Face model directory (config.json, weights, tokenizer) or a .gguf "
+                            "file")
     if not directory.is_dir():
         raise HFImportError(f"{directory}: no such directory")
     if not (directory / "config.json").is_file():
