@@ -90,6 +90,7 @@ def test_what_the_pooled_position_sees_decides_the_task(setting, attention, pool
 def test_the_default_reading_follows_pretraining_and_is_recorded(objective, attention,
                                                                   pooling):
     pretrained = SimpleNamespace(objective=build_objective(objective, SPECIAL), max_seq_len=16,
+                                 config=SimpleNamespace(embedding=None),
                                  model=SimpleNamespace(cfg=SimpleNamespace(dropout=0.0,
                                                                            d_model=256)))
     assert resolve_reading(pretrained.objective, "auto", "auto") == Reading(attention, pooling)

@@ -117,7 +117,8 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
     assert words[:2] == ["lmlab", "pretrain"]
     config = config_from_args(build_parser().parse_args(words[1:]), TrainConfig)
     assert (config.objective, config.model, config.tokens, config.seq_len, config.batch_size,
-            config.data) == ("mlm", closest.model, str(budget), 32, 4, data)
+            config.data, config.minutes) == ("mlm", closest.model, str(budget), 32, 4, data, None)
+    assert config.out == f"runs/mlm-{closest.model}"  # not the runs/mlm a plain run writes
     table = format_plan(result)
     assert "modern-mini" in table and f"{closest.model} *" in table and result.command in table
     assert "warning" not in table and "fit: loss above best" in table
@@ -165,6 +166,19 @@ def test_a_size_out_of_memory_is_reported_and_not_recommended(data, monkeypatch)
     assert [w for w in result.warnings if "out of memory" in w] == \
         ["modern-mini: out of memory at --batch-size 4 and --seq-len 32"]
     assert "out of memory" in format_plan(result)
+
+
+def test_a_time_budget_hands_over_as_minutes_to_a_run_of_its_own(data, monkeypatch):
+    """The run times itself where it runs: the plan's minutes, not the tokens they bought on
+    the machine that planned."""
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(1e-8, []))
+    result = plan("mix:clm=1,mlm=1", minutes=2.5, data=data, sizes="tiny", **FAST)
+    words = result.command.split()
+    config = config_from_args(build_parser().parse_args(words[1:]), TrainConfig)
+    assert (config.objective, config.model, config.minutes, config.tokens, config.seq_len,
+            config.batch_size, config.data) == ("mix:clm=1,mlm=1", "modern-tiny", 2.5, None,
+                                                32, 4, data)
+    assert config.out == "runs/mix-clm-1-mlm-1-modern-tiny"
 
 
 def test_sizes_that_timing_would_take_past_a_share_of_the_budget_are_not_timed(data,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmlab.config.options import options_of
 from lmlab.data.dataset import Dataset
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
@@ -28,6 +29,8 @@ from lmlab.train.metrics import read_metrics
 PASSAGE_TOKENS = 24  # of held-out text shown to a masked model, at most
 PROMPT_TOKENS = 8  # of held-out text a generating model continues, at most
 CONTINUATION_TOKENS = 12
+# Settings a suggested longer run does not repeat: its place, its budget, how it starts.
+NOT_REPEATED = ("out", "overwrite", "resume", "steps", "tokens", "minutes")
 SEARCHED_TOKENS = 4096  # of the validation split, for a passage long enough to show
 
 
@@ -185,11 +188,11 @@ def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
     except Exception as error:  # as above: a report never fails the run
         losses = [f"  (the held-out losses could not be read: {_first_line(error)})"]
     run_arg = shlex.quote(str(out))
-    data = f" --data {shlex.quote(cfg.data)}" if cfg.data else ""
-    data += f" --init {shlex.quote(cfg.init)}" if cfg.init else ""
+    again = shlex.join(["lmlab", "pretrain", "--objective", cfg.objective,
+                        *options_of(cfg, leave_out=("objective", *NOT_REPEATED)),
+                        "--out", str(out), "--minutes", "30", "--overwrite"])
     return "\n".join([
         *_lineage_lines(out), f"run saved in {out}; at its end, on held-out text:", *losses,
         *example, f"curves: {out / 'curves.png'}",
         "next:", *try_it, f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
-        f"  lmlab pretrain --objective {shlex.quote(cfg.objective)}{data} --out {run_arg} "
-        "--minutes 30 --overwrite   (longer runs learn more)"])
+        f"  {again}   (longer runs learn more)"])

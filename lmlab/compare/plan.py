@@ -14,6 +14,7 @@ parameters, to the fit's compute-optimal size.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -134,7 +135,7 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
         precision=precision, device=_device_name(device), data=data,
         training_tokens=dataset.train.num_tokens, candidates=candidates, optimum=optimum,
         recommended=None if best is None else best.model,
-        command=None if best is None else _pretrain_command(best, config),
+        command=None if best is None else _pretrain_command(best, config, budget),
         warnings=_warnings(candidates, dataset.train.num_tokens, best),
         timing_seconds=timings.spent, timing_allowance_seconds=timings.allowance)
 
@@ -202,15 +203,20 @@ def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
     return max((c.tokens * c.flops_per_token for c in candidates if c.tokens), default=None)
 
 
-def _pretrain_command(candidate: Candidate, config: TrainConfig) -> str:
+def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget) -> str:
+    """The `lmlab pretrain` that trains the plan: a time budget stays one (the run times
+    itself on the machine it runs on), others become the candidate's tokens; a run directory
+    of its own, so that it overwrites no other run."""
+    amount = (["--minutes", f"{budget.amount:g}"] if budget.kind == "minutes"
+              else ["--tokens", str(candidate.tokens)])
     words = ["lmlab", "pretrain", "--objective", config.objective, "--model", candidate.model,
-             "--tokens", str(candidate.tokens), "--seq-len", str(config.seq_len),
-             "--batch-size", str(config.batch_size)]
+             *amount, "--seq-len", str(config.seq_len), "--batch-size", str(config.batch_size)]
     if config.data is not None:
         words += ["--data", str(config.data)]
     if config.precision != TrainConfig.precision:
         words += ["--precision", config.precision]
-    return shlex.join(words)
+    out = f"runs/{config.objective}-{candidate.model}"
+    return shlex.join([*words, "--out", re.sub(r"[^\w.+/-]+", "-", out)])
 
 
 def _warnings(candidates: list[Candidate], training_tokens: int,

@@ -46,6 +46,18 @@ def flat_fields(config_class: type) -> dict[str, Any]:
     return {name: kind for name, (_, kind) in field_specs(config_class).items()}
 
 
+def flat_values(config: Any) -> dict[str, Any]:
+    """Every field's value in `config`, by flat name (grouped fields under their own names)."""
+    found = {}
+    for spec in fields(config):
+        value = getattr(config, spec.name)
+        if dataclasses.is_dataclass(value):
+            found.update(flat_values(value))
+        else:
+            found[spec.name] = value
+    return found
+
+
 def check_field(name: str, config_class: type) -> None:
     names = list(flat_fields(config_class))
     if name not in names:
@@ -61,7 +73,7 @@ def parse_value(name: str, text: str, config_class: type) -> Any:
     """A command-line string → the field's type (numbers, booleans, None, dicts as JSON)."""
     check_field(name, config_class)
     kind = flat_fields(config_class)[name]
-    if text.lower() in ("none", "null"):
+    if text.lower() in ("none", "null") or (kind is bool and text.lower() == "auto"):
         return None
     try:
         if kind is bool:

@@ -49,7 +49,8 @@ def _model_config(run: Run, target: Target) -> dict:
 
 def _weights(run: Run, target: Target) -> dict:
     """HF-named tensors, each tie stored once (HF restores the alias when loading)."""
-    state = to_hf_state_dict(run.model.float(), target.family)
+    weights = target.weights or (lambda model: to_hf_state_dict(model, target.family))
+    state = weights(run.model.float())
     if run.model.cfg.tie_embeddings:
         for alias in HF_FAMILIES[target.family].tied:
             state.pop(alias, None)
@@ -82,7 +83,7 @@ def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
         write_tokenizer_files(staging, tokenizer, run.config.special_token_names, run.special,
                               run.max_seq_len, token_types=bool(run.model.cfg.type_vocab_size),
                               pair_framed=run.task is not None
-                              or run.objective.framing == "pair")
+                              or run.objective.framing == "pair", encoder=not target.causal)
         if check and _transformers_installed():
             from lmlab.export.check import max_difference
 

@@ -40,17 +40,27 @@ class Row:
     extra: dict = field(default_factory=dict)  # task-specific: word ids, a QA window
 
 
-def resolve_reading(objective: Objective, attention: str, pooling: str) -> Reading:
+# A recorded sentence-transformers pooling (runs.schema.Embedding) → the fine-tuning pooling
+# computing the same vector: both means run over every token read, [CLS] and [SEP] included.
+RECORDED_POOLINGS = {"cls": "cls", "mean-all": "mean"}
+
+
+def resolve_reading(objective: Objective, attention: str, pooling: str,
+                    recorded: str | None = None) -> Reading:
     """How a model pre-trained with `objective` reads rows, its `auto` choices made: a model
     that only ever read causally keeps causal attention and pools its last token (the only
-    one that has seen the whole text); others read bidirectionally and pool [CLS] when
-    pre-training taught it (next-sentence prediction), else the mean of all tokens. Prefix
-    and span models read the input as their bidirectional prefix."""
+    one that has seen the whole text); others read bidirectionally. A model that records how
+    it embeds (`recorded`, an imported sentence-transformers model's pooling, kept through
+    --init) pools as it was trained to; otherwise [CLS] when pre-training taught it
+    (next-sentence prediction), else the mean of all tokens. Prefix and span models read the
+    input as their bidirectional prefix."""
     if attention == "auto":
         attention = "causal" if objective.reads_causally else "bidirectional"
     if pooling == "auto":
         if attention == "causal":
             pooling = "last"
+        elif recorded in RECORDED_POOLINGS:
+            pooling = RECORDED_POOLINGS[recorded]
         else:
             pooling = "cls" if objective.framing == "pair" else "mean"
     return Reading(attention, pooling)
