@@ -1,6 +1,7 @@
 """Time to quality: held-out bits per byte after a fixed wall-clock budget on 2 CPU threads.
 
     python benchmarks/time_to_quality.py search [--objective clm] [--seconds 90] [--seeds 3]
+        [--first-seed 0]
         [--candidates NAME ...] [--combine NAME ...] [--on-defaults]
     python benchmarks/time_to_quality.py nanogpt --nanogpt DIR [--minutes 10]
         [--nanogpt-minutes 20] [--model gpt2-mini]
@@ -175,7 +176,7 @@ def search(args) -> None:
             combined = combined.merged(CANDIDATES[name])
         recipes[" + ".join(args.combine)] = combined
     results: dict[str, list] = {name: [] for name in recipes}
-    for round_ in range(args.seeds):
+    for round_ in range(args.first_seed, args.first_seed + args.seeds):
         for name, recipe in recipes.items():
             on = "-defaults" if args.on_defaults else ""
             run = args.work / "runs" / (f"{args.objective}{on}-{args.seconds:g}s-{name}-{round_}"
@@ -366,6 +367,8 @@ def main() -> None:
     search_parser.add_argument("--objective", choices=sorted(BASELINES), default="clm")
     search_parser.add_argument("--seconds", type=float, default=90.0)
     search_parser.add_argument("--seeds", type=int, default=3)
+    search_parser.add_argument("--first-seed", type=int, default=0,
+                               help="seeds run from it: rounds split over processes")
     search_parser.add_argument("--candidates", nargs="*", choices=sorted(CANDIDATES))
     search_parser.add_argument("--combine", nargs="*", choices=sorted(CANDIDATES))
     search_parser.add_argument("--on-defaults", action="store_true",

@@ -23,7 +23,9 @@ TEXTS = [
     "Paris is the capital of France, and Rome is the capital of Italy.",
     "She sells sea shells by the sea shore; the shells she sells are sea shells.",
 ] * 20
-TOKENIZER_KINDS = {"bert": "wordpiece", "gpt2": "bpe", "modern": "bpe"}
+TOKENIZER_KINDS = {"bert": "wordpiece", "gpt2": "bpe", "modern": "bpe", "modernbert": "bpe"}
+# The objective each family's fine-tuned runs were pre-trained with.
+PRETRAINED_WITH = {"bert": "mlm", "modernbert": "mlm", "gpt2": "clm", "modern": "clm"}
 
 
 def tiny_tokenizer(family: str, n_sentinels: int = 0):
@@ -65,7 +67,7 @@ def finetuned_run(out: Path, task: str, labels: list | None = None, pooling: str
                      "qa": ("span", {})}[task]
     model = jitter(LanguageModel(cfg, {head: make_head(head, cfg, **options)}), seed)
     config = {"train": {"task": task, "attention": attention, "pooling": pooling},
-              "pretraining": {"objective": "mlm" if family == "bert" else "clm"},
+              "pretraining": {"objective": PRETRAINED_WITH[family]},
               "task": {"name": task, "labels": labels}, "heads": {head: options}}
     return save_run(out, model, tokenizer, config)
 

@@ -14,6 +14,7 @@ import torch
 from safetensors import safe_open
 
 from lmlab.cli import main
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.check import lmlab_outputs, sample_inputs
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
@@ -32,6 +33,10 @@ AUTO_CLASSES = {
     "BertForSequenceClassification": "AutoModelForSequenceClassification",
     "BertForTokenClassification": "AutoModelForTokenClassification",
     "BertForQuestionAnswering": "AutoModelForQuestionAnswering",
+    "ModernBertForMaskedLM": "AutoModelForMaskedLM",
+    "ModernBertForSequenceClassification": "AutoModelForSequenceClassification",
+    "ModernBertForTokenClassification": "AutoModelForTokenClassification",
+    "ModernBertForQuestionAnswering": "AutoModelForQuestionAnswering",
 }
 
 
@@ -58,7 +63,8 @@ def assert_same_as_run(run, exported) -> None:
 
 @pytest.mark.parametrize(("family", "objective", "architecture"), [
     ("bert", "mlm", "BertForMaskedLM"), ("bert", "mlm+nsp", "BertForPreTraining"),
-    ("gpt2", "clm", "GPT2LMHeadModel"), ("modern", "clm", "LlamaForCausalLM")])
+    ("gpt2", "clm", "GPT2LMHeadModel"), ("modern", "clm", "LlamaForCausalLM"),
+    ("modernbert", "mlm", "ModernBertForMaskedLM")])
 def test_pretrained_runs_load_with_auto_classes_and_agree(tmp_path, family, objective,
                                                           architecture):
     run = load_run(pretrained_run(tmp_path / "run", family, objective))
@@ -68,18 +74,20 @@ def test_pretrained_runs_load_with_auto_classes_and_agree(tmp_path, family, obje
     config = json.loads((exported.out / "config.json").read_text())
     assert config["architectures"] == [architecture]
     assert config["vocab_size"] == run.model.cfg.vocab_size
-    assert (exported.out / "generation_config.json").is_file() == (family != "bert")
+    assert (exported.out / "generation_config.json").is_file() == (family in ("gpt2", "modern"))
     assert_same_as_run(run, exported)
 
 
+@pytest.mark.parametrize(("family", "pooling"), [("bert", "cls"), ("modernbert", "mean")])
 @pytest.mark.parametrize(("task", "labels", "architecture"), [
-    ("classify", ["negative", "positive"], "BertForSequenceClassification"),
-    ("regress", None, "BertForSequenceClassification"),
-    ("ner", ["O", "B-PER", "I-PER"], "BertForTokenClassification"),
-    ("qa", None, "BertForQuestionAnswering")])
+    ("classify", ["negative", "positive"], "ForSequenceClassification"),
+    ("regress", None, "ForSequenceClassification"),
+    ("ner", ["O", "B-PER", "I-PER"], "ForTokenClassification"),
+    ("qa", None, "ForQuestionAnswering")])
 def test_fine_tuned_runs_load_with_their_labels_and_agree(tmp_path, task, labels,
-                                                          architecture):
-    run = load_run(finetuned_run(tmp_path / "run", task, labels))
+                                                          architecture, family, pooling):
+    architecture = {"bert": "Bert", "modernbert": "ModernBert"}[family] + architecture
+    run = load_run(finetuned_run(tmp_path / "run", task, labels, pooling, family=family))
     exported = export_run(run, tmp_path / "hf")
     assert exported.target.architecture == architecture
     config = transformers.AutoConfig.from_pretrained(exported.out)
@@ -101,14 +109,27 @@ def test_tied_weights_are_stored_once_with_pt_metadata(tmp_path):
         assert "lm_head.weight" not in weights.keys()
 
 
-def test_fill_mask_pipeline_gives_lmlab_top_tokens(tmp_path):
-    run = load_run(pretrained_run(tmp_path / "run", "bert", "mlm"))
+def test_the_default_masked_model_is_the_modernbert_family():
+    from lmlab.objectives.registry import build_objective
+    from lmlab.presets import auto_family
+    from tests.hf_runs import tiny_tokenizer
+
+    special = special_tokens_of(tiny_tokenizer("bert"))
+    assert auto_family(build_objective("mlm", special)) == "modernbert"
+    assert auto_family(build_objective("clm", special)) == "modern"
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_fill_mask_pipeline_gives_lmlab_top_tokens_and_probabilities(tmp_path, family):
+    run = load_run(pretrained_run(tmp_path / "run", family, "mlm"))
     exported = export_run(run, tmp_path / "hf")
     text = "The quick brown [MASK] jumps over the lazy dog."
     pipe = transformers.pipeline("fill-mask", model=str(exported.out), top_k=5)
-    theirs = [found["token"] for found in pipe(text)]
-    ours = [candidate.id for candidate in fill_mask(run, text, top_k=5)[0]]
-    assert theirs == ours
+    theirs = pipe(text)
+    ours = fill_mask(run, text, top_k=5)[0]
+    assert [found["token"] for found in theirs] == [candidate.id for candidate in ours]
+    assert max(abs(found["score"] - candidate.probability)
+               for found, candidate in zip(theirs, ours, strict=True)) <= 1e-4
 
 
 @pytest.mark.parametrize("family", ["gpt2", "modern"])
@@ -157,6 +178,10 @@ def test_grouped_query_llama_with_untied_embeddings_round_trips(tmp_path):
     (lambda path: finetuned_run(path, "classify", ["a", "b"], "last", "causal", "gpt2"),
      "no gpt2 class"),
     (lambda path: pretrained_run(path, "modern", "prefix"), "left to right only"),
+    (lambda path: pretrained_run(path, "modern", "mlm"), "exports from the modernbert family"),
+    (lambda path: pretrained_run(path, "modernbert", "mntp"), "pre-train with mlm"),
+    (lambda path: finetuned_run(path, "classify", ["a", "b"], pooling="last",
+                                family="modernbert"), "--pooling cls"),
     (lambda path: pretrained_run(path, "bert", "mntp"), "pre-train with mlm"),
     (lambda path: pretrained_run(path, "bert", "mlm", tie_embeddings=False), "always tie"),
     (lambda path: pretrained_run(path, "modern", "clm", qk_norm=True), "qk_norm=True"),

@@ -106,6 +106,23 @@ def saved_llama(directory, seed: int = 0):
     return model
 
 
+def saved_modernbert(directory, class_name: str = "ModernBertForMaskedLM", seed: int = 0,
+                     **extra):
+    """ModernBERT as transformers builds it (tied embeddings, no bias in its head's dense
+    layer, a rotary base of 160,000), every layer global."""
+    tokenizer = tiny_tokenizer("modernbert")
+    config = transformers.ModernBertConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=2, intermediate_size=48, max_position_embeddings=64,
+        pad_token_id=tokenizer.token_to_id("[PAD]"), bos_token_id=None, eos_token_id=None,
+        cls_token_id=None, sep_token_id=None, **{"global_attn_every_n_layers": 1, **extra})
+    torch.manual_seed(seed)
+    model = jitter(getattr(transformers, class_name)(config), seed).eval()
+    model.save_pretrained(directory)
+    save_tokenizer(directory, tokenizer, **BERT_ROLES)
+    return model
+
+
 def sample(run, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(10, run.model.cfg.vocab_size, (2, length), generator=generator)
@@ -148,6 +165,26 @@ def test_bert_checkpoints_with_and_without_heads_import(tmp_path, class_name, he
         return
     assert_same_logits(run, hf_model, "mlm" if class_name == "BertForMaskedLM" else "hidden",
                        causal=False)
+
+
+@pytest.mark.parametrize(("class_name", "heads", "left_out"), [
+    ("ModernBertForMaskedLM", ("mlm",), []), ("ModernBertModel", (), []),
+    ("ModernBertForSequenceClassification", (), ["classifier", "head"])])
+def test_modernbert_checkpoints_import(tmp_path, class_name, heads, left_out):
+    hf_model = saved_modernbert(tmp_path / "hf", class_name)
+    imported = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert (imported.family, imported.objective) == ("modernbert", "mlm")
+    assert (imported.heads, imported.left_out) == (heads, left_out)
+    run = load_run(imported.out)
+    if heads:
+        assert_same_logits(run, hf_model, "mlm", causal=False)
+    elif class_name == "ModernBertModel":
+        assert_same_logits(run, hf_model, "hidden", causal=False)
+
+
+def test_modernbert_with_sliding_window_layers_is_refused(tmp_path, capsys):
+    saved_modernbert(tmp_path / "hf", global_attn_every_n_layers=3)
+    assert "global_attn_every_n_layers=1" in refused(tmp_path, capsys)
 
 
 def test_legacy_position_ids_buffer_is_ignored(tmp_path):

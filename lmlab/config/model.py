@@ -21,7 +21,8 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")
 SIZE_OVERRIDES = ("n_kv_heads", "head_size", "ffn_size")
 # Fields that runs saved before they existed did not write: `to_dict` leaves them out at their
 # defaults, so that such a run still compares equal to its own configuration on resuming.
-LATER_FIELDS = (*SIZE_OVERRIDES, "qk_norm", "logit_softcap", "zero_init_projections")
+LATER_FIELDS = (*SIZE_OVERRIDES, "qk_norm", "logit_softcap", "zero_init_projections",
+                "embedding_norm", "head_transform")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class ModelConfig:
     qk_norm: bool = False  # RMS-normalise each head's queries and keys before attending
     logit_softcap: float = 0.0  # > 0: vocabulary logits become cap·tanh(logits / cap)
     zero_init_projections: bool = False  # residual-branch outputs start at zero
+    # ModernBERT's layout (Warner et al. 2024): the embeddings normalised once, so a pre-norm
+    # model's first block reads them without an attention norm of its own; and task heads
+    # (classify, tag, span) reading through a dense → GELU → norm transform, as its MLM head
+    # does, instead of BERT's tanh pooler.
+    embedding_norm: bool = False
+    head_transform: bool = False
 
     def __post_init__(self) -> None:
         choices = {

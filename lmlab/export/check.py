@@ -10,6 +10,7 @@ from torch import Tensor
 
 from lmlab.export.targets import Target
 from lmlab.model import MaskSpec
+from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
 
 ROWS, LENGTH = 3, 24
@@ -32,11 +33,35 @@ def lmlab_outputs(run: Run, target: Target, ids: Tensor, attention_mask: Tensor)
     mask = MaskSpec("causal" if target.causal else "bidirectional", segment_ids=attention_mask)
     types = torch.zeros_like(ids) if run.model.cfg.type_vocab_size else None
     outputs = run.model(ids.to(run.device), mask.to(run.device), token_type_ids=
-                        None if types is None else types.to(run.device))
+                        None if types is None else types.to(run.device),
+                        predict_at=_pooled(run, attention_mask))
     real = attention_mask.bool()
     if not target.heads:
         return outputs["hidden"].cpu()[real].flatten()
     return torch.cat([_real(outputs[h].cpu(), real).flatten() for h in target.heads])
+
+
+def pooling(kind: str, attention_mask: Tensor) -> Pooling:
+    """(B, T) weights of a row's pooled vector: its first token, its last real one, or the
+    mean of its real tokens."""
+    weights = torch.zeros(attention_mask.shape)
+    lengths = attention_mask.sum(dim=1)
+    rows = torch.arange(len(lengths))
+    if kind == "cls":
+        weights[:, 0] = 1.0
+    elif kind == "last":
+        weights[rows, lengths - 1] = 1.0
+    else:
+        weights = attention_mask.float() / lengths[:, None]
+    return Pooling(weights)
+
+
+def _pooled(run: Run, attention_mask: Tensor) -> dict | None:
+    """A fine-tuned sequence head's selector, pooling as the run was fine-tuned to."""
+    if run.task is None or "classify" not in run.model.heads:
+        return None
+    return {"classify": pooling(run.task.reading.pooling, attention_mask).map(
+        lambda weights: weights.to(run.device))}
 
 
 def _real(output: Tensor, real: Tensor) -> Tensor:
@@ -49,16 +74,16 @@ def _real(output: Tensor, real: Tensor) -> Tensor:
 def hf_outputs(model, target: Target, ids: Tensor, attention_mask: Tensor) -> Tensor:
     found = model(input_ids=ids, attention_mask=attention_mask)
     real = attention_mask.bool()
-    by_class = {
-        "BertForPreTraining": lambda: [found.prediction_logits[real],
-                                       found.seq_relationship_logits],
-        "BertForSequenceClassification": lambda: [found.logits],
-        "BertForQuestionAnswering": lambda: [
-            torch.stack((found.start_logits, found.end_logits), -1)[real]],
-    }
-    default = ((lambda: [found.last_hidden_state[real]]) if not target.heads
-               else lambda: [found.logits[real]])
-    return torch.cat([t.flatten() for t in by_class.get(target.architecture, default)()])
+    kind = target.architecture.partition("For")[2]
+    if kind == "PreTraining":
+        outputs = [found.prediction_logits[real], found.seq_relationship_logits]
+    elif kind == "SequenceClassification":
+        outputs = [found.logits]
+    elif kind == "QuestionAnswering":
+        outputs = [torch.stack((found.start_logits, found.end_logits), -1)[real]]
+    else:
+        outputs = [found.logits[real] if target.heads else found.last_hidden_state[real]]
+    return torch.cat([t.flatten() for t in outputs])
 
 
 def max_difference(run: Run, target: Target, out: Path) -> float:

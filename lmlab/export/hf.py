@@ -11,6 +11,8 @@ GPT-2's transposed Conv1D layout, or one fused lmlab projection split into sever
              BertForQuestionAnswering
     gpt2   ↔ GPT2LMHeadModel
     modern ↔ LlamaForCausalLM
+    modernbert ↔ ModernBertForMaskedLM, and fine-tuned: ModernBertForSequenceClassification,
+             ModernBertForTokenClassification, ModernBertForQuestionAnswering
 
 Configs go both ways as plain `config.json` dictionaries (`hf_config_dict`, `config_from_hf`;
 each family's entries are in `hf_config_entries`). `transformers` is imported only to build a
@@ -79,6 +81,7 @@ _BLOCK = "backbone.blocks.{i}"
 _BERT_LAYER = "bert.encoder.layer.{i}"
 _GPT2_LAYER = "transformer.h.{i}"
 _LLAMA_LAYER = "model.layers.{i}"
+_MODERNBERT_LAYER = "model.layers.{i}"
 
 BERT = Family(
     model_type="bert",
@@ -161,14 +164,46 @@ LLAMA = Family(
     free_head_sizes=True,
 )
 
+MODERNBERT = Family(
+    model_type="modernbert",
+    config=entries.modernbert_entries,
+    model_fields=entries.modernbert_fields,
+    heads=("mlm",),
+    rules={
+        **_weight("backbone.token_embedding", "model.embeddings.tok_embeddings"),
+        **_weight("backbone.embedding_norm", "model.embeddings.norm"),
+        # Layer 0 has no attention norm on either side. Wqkv is fused [q, k, v] like our qkv;
+        # Wi is [input, gate], the input half activated, as our `up` is [gate, value].
+        **_weight(f"{_BLOCK}.attn_norm", f"{_MODERNBERT_LAYER}.attn_norm"),
+        **_weight(f"{_BLOCK}.attn.qkv", f"{_MODERNBERT_LAYER}.attn.Wqkv"),
+        **_weight(f"{_BLOCK}.attn.out", f"{_MODERNBERT_LAYER}.attn.Wo"),
+        **_weight(f"{_BLOCK}.mlp_norm", f"{_MODERNBERT_LAYER}.mlp_norm"),
+        **_weight(f"{_BLOCK}.mlp.up", f"{_MODERNBERT_LAYER}.mlp.Wi"),
+        **_weight(f"{_BLOCK}.mlp.down", f"{_MODERNBERT_LAYER}.mlp.Wo"),
+        **_weight("backbone.final_norm", "model.final_norm"),
+        **_weight_and_bias("heads.mlm.transform", "head.dense"),
+        **_weight("heads.mlm.norm", "head.norm"),
+        **_weight_and_bias("heads.mlm.decoder", "decoder"),
+        # Fine-tuning heads, one per model, each reading through `head` (dense → GELU → norm).
+        **{key: rule for name in ("classify.pooler", "tag.transform", "span.transform")
+           for key, rule in {**_weight_and_bias(f"heads.{name}.dense", "head.dense"),
+                             **_weight(f"heads.{name}.norm", "head.norm")}.items()},
+        **_weight_and_bias("heads.classify.classifier", "classifier"),
+        **_weight_and_bias("heads.tag.classifier", "classifier"),
+        **_weight_and_bias("heads.span.outputs", "classifier"),
+    },
+    tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
+)
+
 # Keyed like presets.FAMILIES, whose switches decide which table fits a config.
-HF_FAMILIES: dict[str, Family] = {"bert": BERT, "gpt2": GPT2, "modern": LLAMA}
+HF_FAMILIES: dict[str, Family] = {"bert": BERT, "gpt2": GPT2, "modern": LLAMA,
+                                  "modernbert": MODERNBERT}
 
 # The switches HF cannot emulate; eps, dropout, tying and the sizes carry over to any HF config
 # (key/value heads and head width only where the family has them). A switch a family leaves
 # out must stay at ModelConfig's default (the recipe switches: no HF family has them).
 _ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias",
-                          "qk_norm", "logit_softcap")
+                          "qk_norm", "logit_softcap", "embedding_norm", "head_transform")
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 

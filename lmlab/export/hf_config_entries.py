@@ -54,6 +54,29 @@ def llama_entries(cfg: ModelConfig) -> dict:
     )
 
 
+# ModernBERT's MLP activation → lmlab's gated MLP of the same computation (the family's).
+MODERNBERT_ACTIVATIONS = {"gelu": "geglu"}
+
+
+def modernbert_entries(cfg: ModelConfig) -> dict:
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    activation = {ours: theirs for theirs, ours in MODERNBERT_ACTIVATIONS.items()}
+    return dict(
+        hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim,
+        hidden_activation=activation[cfg.activation], max_position_embeddings=cfg.max_seq_len,
+        norm_eps=cfg.norm_eps, norm_bias=False, attention_bias=False, mlp_bias=False,
+        # Every layer global: lmlab has no sliding window. 4.x reads the last two entries.
+        layer_types=["full_attention"] * cfg.n_layers, global_attn_every_n_layers=1,
+        rope_parameters={"full_attention": rope, "sliding_attention": rope},
+        global_rope_theta=cfg.rope_theta, local_rope_theta=cfg.rope_theta,
+        # lmlab's MLM head has biases in its dense layer and decoder.
+        classifier_bias=True, decoder_bias=True, classifier_activation="gelu",
+        embedding_dropout=cfg.dropout, attention_dropout=cfg.dropout, mlp_dropout=cfg.dropout,
+        classifier_dropout=cfg.dropout, cls_token_id=None, sep_token_id=None,
+    )
+
+
 # --- config.json, HF → lmlab ----------------------------------------------------------------
 # Each reader starts from the HF config class's defaults, as transformers does for a
 # config.json that leaves entries out.
@@ -142,5 +165,49 @@ def llama_fields(config: Mapping) -> dict:
         ffn_size=settings["intermediate_size"],
         max_seq_len=settings["max_position_embeddings"], norm_eps=settings["rms_norm_eps"],
         rope_theta=_rope_theta(settings), dropout=settings["attention_dropout"],
+        tie_embeddings=settings["tie_word_embeddings"], init_std=settings["initializer_range"],
+    )
+
+
+_MODERNBERT_DEFAULTS = dict(
+    vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+    num_attention_heads=12, hidden_activation="gelu", max_position_embeddings=8192,
+    initializer_range=0.02, norm_eps=1e-5, norm_bias=False, attention_bias=False,
+    mlp_bias=False, classifier_bias=False, decoder_bias=True, classifier_activation="gelu",
+    global_attn_every_n_layers=3, global_rope_theta=160000.0, tie_word_embeddings=True,
+    embedding_dropout=0.0,
+)
+
+
+def _modernbert_rope_theta(settings: Mapping) -> float:
+    """The one rotary base of a model whose every layer is global."""
+    layer_types = settings.get("layer_types") or [
+        "sliding_attention" if i % settings["global_attn_every_n_layers"] else "full_attention"
+        for i in range(settings["num_hidden_layers"])]
+    if set(layer_types) != {"full_attention"}:
+        raise ValueError("layers with sliding-window attention are not supported; lmlab "
+                         "reproduces ModernBERT with every layer global "
+                         "(global_attn_every_n_layers=1)")
+    rope = (settings.get("rope_parameters") or {}).get("full_attention") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_parameters of type {rope['rope_type']!r} are not supported; "
+                         "lmlab reproduces 'default'")
+    return rope.get("rope_theta", settings["global_rope_theta"])
+
+
+def modernbert_fields(config: Mapping) -> dict:
+    settings = {**_MODERNBERT_DEFAULTS, **config}
+    _require(settings, "hidden_activation", tuple(MODERNBERT_ACTIVATIONS))
+    for name in ("norm_bias", "attention_bias", "mlp_bias"):
+        _require(settings, name, (False,))
+    _require(settings, "decoder_bias", (True,))  # classifier_bias False reads as a zero bias
+    _require(settings, "classifier_activation", ("gelu",))
+    return dict(
+        vocab_size=settings["vocab_size"], n_layers=settings["num_hidden_layers"],
+        d_model=settings["hidden_size"], n_heads=settings["num_attention_heads"],
+        ffn_size=settings["intermediate_size"],
+        activation=MODERNBERT_ACTIVATIONS[settings["hidden_activation"]],
+        max_seq_len=settings["max_position_embeddings"], norm_eps=settings["norm_eps"],
+        rope_theta=_modernbert_rope_theta(settings), dropout=settings["embedding_dropout"],
         tie_embeddings=settings["tie_word_embeddings"], init_std=settings["initializer_range"],
     )

@@ -46,6 +46,15 @@ HEAD_MARKERS = {"mlm": "cls.predictions.transform.dense.weight",
                 "nsp": "cls.seq_relationship.weight", "lm": "lm_head.weight"}
 # Task heads left out of an import, by their HF key prefix.
 TASK_HEADS = ("classifier.", "qa_outputs.", "score.")
+# ModernBERT's MLM head transform; without classifier_bias its dense layer has no bias, which
+# lmlab's head computes as a zero one.
+MODERNBERT_MLM = "head.dense.weight"
+
+
+# How each family learnt to read, when the directory does not say (the decoders: clm). BERT
+# was pre-trained with MLM + NSP on `[CLS] A [SEP] B [SEP]`, and reads text framed so whichever
+# of its heads the checkpoint kept.
+IMPORTED_OBJECTIVES = {"bert": "mlm+nsp", "modernbert": "mlm"}
 
 
 @dataclass
@@ -81,6 +90,8 @@ def normalised_keys(state: dict[str, Tensor], family: str) -> dict[str, Tensor]:
 
 def heads_in(state: dict[str, Tensor], family: str, cfg: ModelConfig) -> tuple[str, ...]:
     """The pre-training heads the checkpoint holds (the one the objective needs first)."""
+    if family == "modernbert":  # its task classes hold `head` too, beside a classifier
+        return ("mlm",) if MODERNBERT_MLM in state and "classifier.weight" not in state else ()
     if family == "bert":
         heads = [h for h in ("mlm", "nsp") if HEAD_MARKERS[h] in state]
         return tuple(heads) if "mlm" in heads else ()  # NSP alone is no objective of ours
@@ -117,15 +128,16 @@ def convert(hf: HFModel) -> tuple[str, LanguageModel, str, list[str]]:
     state = normalised_keys(hf.state, family)
     heads = heads_in(state, family, cfg)
     _check_shapes(state, cfg, family, heads)
-    left_out = sorted({key.split(".")[0] for key in state if key.startswith(TASK_HEADS)})
-    state = {key: tensor for key, tensor in state.items() if not key.startswith(TASK_HEADS)}
+    task_keys = TASK_HEADS + (("head.",) if family == "modernbert" and not heads else ())
+    left_out = sorted({key.split(".")[0] for key in state if key.startswith(task_keys)})
+    state = {key: tensor for key, tensor in state.items() if not key.startswith(task_keys)}
+    if "mlm" in heads and family == "modernbert":
+        state.setdefault("head.dense.bias", torch.zeros(cfg.d_model))
     try:
         model = from_hf_state_dict(state, cfg, family, heads)
     except ValueError as error:
         raise HFImportError(f"{hf.source}: {error}") from None
-    # BERT was pre-trained with MLM + NSP on `[CLS] A [SEP] B [SEP]`, and reads text framed so
-    # whichever of its heads the checkpoint kept.
-    objective = hf.objective or ("mlm+nsp" if family == "bert" else "clm")
+    objective = hf.objective or IMPORTED_OBJECTIVES.get(family, "clm")
     _check_objective(hf, objective)
     return family, model, objective, left_out
 

@@ -1,9 +1,9 @@
 """Which Hugging Face class a run exports to, or why none reproduces it exactly.
 
-The family (bert, gpt2, modern) fixes the HF architecture; the heads of a pre-trained run, or
-the traits of a fine-tuned run's task, fix the class; the way the model reads (its objective's
-attention, a fine-tuned run's attention and pooling) must be the one that class computes with,
-or the exported model would give other answers.
+The family (bert, gpt2, modern, modernbert) fixes the HF architecture; the heads of a
+pre-trained run, or the traits of a fine-tuned run's task, fix the class; the way the model
+reads (its objective's attention, a fine-tuned run's attention and pooling) must be the one
+that class computes with, or the exported model would give other answers.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ class Target:
 
     @property
     def causal(self) -> bool:
-        return self.family != "bert"
+        return self.family not in ENCODERS
 
+
+# The families whose Hugging Face classes read bidirectionally; the others read causally.
+ENCODERS = ("bert", "modernbert")
 
 # A pre-trained run's (family, heads) → class; heads are sorted so the key ignores their order.
 # A fine-tuned run's class is its task's (lmlab.finetune.traits).
@@ -46,6 +49,8 @@ CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
     ("gpt2", ("lm",)): "GPT2LMHeadModel",
     ("modern", ()): "LlamaModel",
     ("modern", ("lm",)): "LlamaForCausalLM",
+    ("modernbert", ()): "ModernBertModel",
+    ("modernbert", ("mlm",)): "ModernBertForMaskedLM",
 }
 
 
@@ -54,15 +59,16 @@ def export_target(run: Run) -> Target:
     try:
         family = family_of(run.model.cfg)
     except ValueError as error:
-        raise ExportError(f"{error}; export needs a run built from a bert, gpt2 or modern "
-                          "preset") from None
+        raise ExportError(f"{error}; export needs a run built from a bert, gpt2, modern "
+                          "or modernbert preset") from None
     if family == "bert" and not run.model.cfg.tie_embeddings:
         raise ExportError("the run's MLM decoder is not tied to its embeddings; HF's BERT "
                           "classes always tie them (pre-train with tied embeddings to export)")
     _check_reading(run, family)
     heads = tuple(sorted(run.model.heads))
     if run.task is not None:
-        return Target(family, _task_class(run.task, family), heads, _task_config(run.task))
+        return Target(family, _task_class(run.task, family), heads,
+                      _task_config(run.task, family))
     if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
         return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
                       electra_weights)
@@ -86,39 +92,53 @@ def _no_class(family: str, heads: tuple[str, ...]) -> str:
 
 
 def _check_reading(run: Run, family: str) -> None:
-    """HF's BERT classes read bidirectionally (and pool [CLS]); GPT-2 and Llama causally."""
+    """HF's encoder classes (BERT, ModernBERT) read bidirectionally; GPT-2 and Llama causally.
+    BERT's and ModernBERT's sequence classes pool [CLS] (ModernBERT also the mean)."""
     if run.task is not None:  # fine-tuned: its own reading
-        if family != "bert":
-            return  # no gpt2 or Llama task class fits lmlab's heads; export_target says so
-        reading = run.task.reading
-        if reading.attention != "bidirectional":
-            raise ExportError(f"the run was fine-tuned with {reading.attention} attention; "
-                              "BERT's task classes read bidirectionally (fine-tune with "
-                              "--attention bidirectional to export)")
-        if "classify" in run.model.heads and reading.pooling != "cls":
-            raise ExportError(f"the run pools its {reading.pooling} tokens; "
-                              "BertForSequenceClassification pools [CLS] (fine-tune with "
-                              "--pooling cls to export)")
+        _check_task_reading(run, family)
         return
     leaves = run.objective.leaves()
-    if family == "bert":
+    if family in ENCODERS:
         wrong = [leaf.name for leaf in leaves if leaf.traits.attention != "bidirectional"
                  or (leaf.traits.fill_mask or ("", 0))[1] != 0]
         if wrong:
-            raise ExportError(f"the run was pre-trained with {run.spec}, which BERT's classes "
-                              "do not compute (they read bidirectionally and predict each "
-                              "[MASK] at its own position); pre-train with mlm or mlm+nsp")
+            raise ExportError(f"the run was pre-trained with {run.spec}, which {family}'s "
+                              "classes do not compute (they read bidirectionally and predict "
+                              "each [MASK] at its own position); pre-train with mlm")
     elif not run.objective.reads_causally:
+        encoder = ("; a masked model exports from the modernbert family (--model auto or "
+                   "modernbert-mini)" if family == "modern" else "")
         raise ExportError(f"the run was pre-trained with {run.spec}, which reads part of its "
                           f"input bidirectionally; Hugging Face's {family} classes read "
-                          "left to right only (pre-train with clm to export)")
+                          f"left to right only (pre-train with clm to export){encoder}")
 
 
-def _task_config(task: RunTask) -> dict:
+# The poolings each encoder family's sequence classes compute (lmlab's mean is over every
+# token the row holds, as ModernBERT's classifier_pooling "mean" is).
+POOLINGS = {"bert": ("cls",), "modernbert": ("cls", "mean")}
+
+
+def _check_task_reading(run: Run, family: str) -> None:
+    reading = run.task.reading
+    expected = "bidirectional" if family in ENCODERS else "causal"
+    if reading.attention != expected:
+        raise ExportError(f"the run was fine-tuned with {reading.attention} attention; "
+                          f"{family}'s task classes read with {expected} attention (fine-tune "
+                          f"with --attention {expected} to export)")
+    allowed = POOLINGS.get(family, ("last",))
+    if "classify" in run.model.heads and reading.pooling not in allowed:
+        raise ExportError(f"the run pools its {reading.pooling} tokens; {family}'s sequence "
+                          f"classes pool {' or '.join(allowed)} (fine-tune with --pooling "
+                          f"{allowed[0]} to export)")
+
+
+def _task_config(task: RunTask, family: str) -> dict:
     """config.json fields of a fine-tuned head: its labels (else the outputs of a head without
     label names), and the loss HF should train it with."""
     problem = TASKS[task.name].hf_problem_type
     extra = {} if problem is None else {"problem_type": problem}
+    if family == "modernbert":
+        extra["classifier_pooling"] = task.reading.pooling
     if task.labels:
         extra["id2label"] = dict(enumerate(task.labels))
         extra["label2id"] = {label: index for index, label in enumerate(task.labels)}

@@ -54,16 +54,29 @@ def special_tokens_map(names: Mapping[str, str | None], sentinels: list[str]) ->
     return {**found, **({"additional_special_tokens": sentinels} if sentinels else {})}
 
 
+def mask_absorbs_space(tokenizer: Tokenizer, mask: str | None) -> Tokenizer:
+    """A copy whose [MASK] takes the space before it, as lmlab's fill-mask reads "a [MASK]"
+    (lmlab.runs.reading.absorb_space_before), and RoBERTa's <mask> does (lstrip)."""
+    if mask is None:
+        return tokenizer
+    settings = json.loads(tokenizer.to_str())
+    for token in settings.get("added_tokens", []):
+        if token["content"] == mask:
+            token["lstrip"] = True
+    return Tokenizer.from_str(json.dumps(settings))
+
+
 def write_tokenizer_files(out: Path, tokenizer: Tokenizer, names: Mapping[str, str | None],
                           special: SpecialTokens, max_len: int, token_types: bool,
-                          pair_framed: bool) -> None:
-    """The three files; a model with token types (BERT) gets lmlab's framing, causal ones
-    keep the tokenizer's own (a prompt to continue must not end in [EOS])."""
+                          pair_framed: bool, encoder: bool) -> None:
+    """The three files; an encoder (BERT, ModernBERT) gets lmlab's framing and a [MASK] that
+    absorbs the space before it, causal models keep the tokenizer's own framing (a prompt to
+    continue must not end in [EOS])."""
     vocabulary = {index: token for token, index in
                   tokenizer.get_vocab(with_added_tokens=True).items()}
     sentinels = [vocabulary[index] for index in special.sentinels]
-    framed = (framed_as_lmlab_reads(tokenizer, names, special, pair_framed) if token_types
-              else tokenizer)
+    framed = (mask_absorbs_space(framed_as_lmlab_reads(tokenizer, names, special, pair_framed),
+                                 names.get("mask")) if encoder else tokenizer)
     (out / "tokenizer.json").write_text(framed.to_str())
     files = {"tokenizer_config.json": tokenizer_config(names, sentinels, max_len, token_types),
              "special_tokens_map.json": special_tokens_map(names, sentinels)}

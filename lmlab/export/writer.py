@@ -83,7 +83,7 @@ def export_run(run: Run, out: str | Path, check: bool = True) -> Exported:
         write_tokenizer_files(staging, tokenizer, run.config.special_token_names, run.special,
                               run.max_seq_len, token_types=bool(run.model.cfg.type_vocab_size),
                               pair_framed=run.task is not None
-                              or run.objective.framing == "pair")
+                              or run.objective.framing == "pair", encoder=not target.causal)
         if check and _transformers_installed():
             from lmlab.export.check import max_difference
 

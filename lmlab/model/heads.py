@@ -118,10 +118,30 @@ class MLMHead(VocabularyHead):
         return self.norm(F.gelu(self.transform(read_tokens(hidden, at))))
 
 
+class TaskTransform(nn.Module):
+    """dense → GELU → norm, the transform ModernBERT's MLM head and task heads read the
+    hidden states through (`cfg.head_transform`)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = Linear(cfg.d_model, cfg.d_model)
+        self.norm = make_norm(cfg)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.norm(F.gelu(self.dense(hidden)))
+
+
+def task_transform(cfg: ModelConfig) -> nn.Module:
+    """What a token or span head reads the hidden states through: ModernBERT's transform, or
+    nothing (BERT)."""
+    return TaskTransform(cfg) if cfg.head_transform else nn.Identity()
+
+
 class SequenceHead(Head):
-    """One prediction per row: a pooled hidden state → dense + tanh (BERT's pooler) → dropout
-    → `num_labels` scores (1 for regression). Next-sentence prediction is this head with two
-    labels, so a pre-trained NSP pooler carries over into fine-tuning, as in BERT.
+    """One prediction per row: a pooled hidden state → dense + tanh (BERT's pooler; dense →
+    GELU → norm with `cfg.head_transform`) → dropout → `num_labels` scores (1 for
+    regression). Next-sentence prediction is this head with two labels, so a pre-trained NSP
+    pooler carries over into fine-tuning, as in BERT.
 
     `at` says what to pool: None = the first position of every row; `Rows` = those rows'
     first position; `Pooling` = per-row weights of each position.
@@ -131,25 +151,30 @@ class SequenceHead(Head):
 
     def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
         super().__init__()
-        self.pooler = Linear(cfg.d_model, cfg.d_model)
+        # BERT's pooler is dense + tanh; ModernBERT pools through its task transform.
+        self.pooler = TaskTransform(cfg) if cfg.head_transform else Linear(cfg.d_model,
+                                                                           cfg.d_model)
+        self.squash = nn.Identity() if cfg.head_transform else nn.Tanh()
         self.dropout = nn.Dropout(cfg.dropout)
         self.classifier = Linear(cfg.d_model, num_labels)
 
     def forward(self, hidden: Tensor, at: Rows | Pooling | None = None) -> Tensor:
         pooled = hidden[:, 0] if at is None else at.read(hidden)
-        return self.classifier(self.dropout(self.pooler(pooled).tanh()))
+        return self.classifier(self.dropout(self.squash(self.pooler(pooled))))
 
 
 class TokenHead(Head):
-    """A label per token (NER): dropout → `num_labels` scores at the requested positions."""
+    """A label per token (NER): (transform →) dropout → `num_labels` scores at the requested
+    positions."""
 
     def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
         super().__init__()
+        self.transform = task_transform(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.classifier = Linear(cfg.d_model, num_labels)
 
     def forward(self, hidden: Tensor, at: Positions | None = None) -> Tensor:
-        return self.classifier(self.dropout(read_tokens(hidden, at)))
+        return self.classifier(self.dropout(self.transform(read_tokens(hidden, at))))
 
 
 class SpanHead(Head):
@@ -159,10 +184,11 @@ class SpanHead(Head):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        self.transform = task_transform(cfg)
         self.outputs = Linear(cfg.d_model, 2)
 
     def forward(self, hidden: Tensor, at: None = None) -> Tensor:
-        return self.outputs(hidden)
+        return self.outputs(self.transform(hidden))
 
 
 class DiscriminatorHead(Head):

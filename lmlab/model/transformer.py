@@ -19,6 +19,8 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
         self.attn_norm, self.mlp_norm = make_norm(cfg), make_norm(cfg)
+        if self.pre_norm and cfg.embedding_norm and layer_index == 0:
+            self.attn_norm = nn.Identity()  # its input, the embeddings, is normalised already
         self.attn = SelfAttention(cfg, layer_index)
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -50,9 +52,10 @@ class Transformer(nn.Module):
             nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         )
         # Post-norm models normalise the embeddings (each block ends normalised); pre-norm
-        # models leave the residual stream raw and normalise once at the end.
+        # models leave the residual stream raw (ModernBERT: all but the embeddings) and
+        # normalise once at the end.
         post = cfg.norm_placement == "post"
-        self.embedding_norm = make_norm(cfg) if post else nn.Identity()
+        self.embedding_norm = make_norm(cfg) if post or cfg.embedding_norm else nn.Identity()
         self.final_norm = nn.Identity() if post else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
