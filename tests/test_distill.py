@@ -126,3 +126,63 @@ def test_a_teacher_must_be_fine_tuned(runs, sentiment, tmp_path, capsys):  # noq
     code, _, err = run_cli(capsys, "distill", runs["mlm"], "--layers", "1", "--train", train,
                            "--validation", dev, "--out", tmp_path / "s")
     assert code == 1 and "not fine-tuned" in err and len(err.strip().splitlines()) == 1
+
+
+def test_relations_are_the_softmax_of_scaled_self_products():
+    from lmlab.distill.signals import relation_loss, relations
+
+    torch.manual_seed(0)
+    qkv = torch.randn(1, 3, 3 * 4)  # q, k, v of one head of width 4, 3 tokens
+    real = torch.tensor([[True, True, False]])
+    found = relations(qkv, (1, 1, 1), 4, 2, real)  # two relation heads of width 2
+    assert found.shape == (3, 1, 2, 3, 3)
+    q = qkv[0, :, :4]
+    first = q[:, :2] @ q[:, :2].T / math.sqrt(2)
+    first[:, 2] = -1e4  # the padding key
+    assert torch.allclose(found[0, 0, 0], first.log_softmax(-1), atol=1e-6)
+    assert float(relation_loss(found, found, real)) == pytest.approx(0, abs=1e-6)
+    other = relations(torch.randn(1, 3, 12), (1, 1, 1), 4, 2, real)
+    assert float(relation_loss(other, found, real)) > 0
+
+
+@pytest.fixture(scope="module")
+def prepared(runs, tmp_path_factory):  # noqa: F811
+    """Text prepared with the masked run's tokenizer."""
+    root = tmp_path_factory.mktemp("general")
+    lines = [" ".join(words) for _, words in sentiment_rows(400, 5)]
+    (root / "text.jsonl").write_text("".join(json.dumps({"text": f"{a}. {b}."}) + "\n"
+                                             for a, b in zip(lines[::2], lines[1::2], strict=True)))
+    assert main(["prepare", str(root / "text.jsonl"), "--tokenizer", runs["mlm"], "--out",
+                 str(root / "data")]) == 0
+    return root / "data"
+
+
+@pytest.mark.parametrize("imitate", ["both", "relations"])
+def test_general_distillation_gives_a_pre_trained_run(runs, prepared, tmp_path, capsys,  # noqa: F811
+                                                      imitate):
+    out = tmp_path / "student"
+    code, stdout, err = run_cli(capsys, "distill", runs["mlm"], "--data", prepared, "--layers",
+                                "1", "--imitate", imitate, "--steps", "3", "--batch-size", "4",
+                                "--seq-len", "32", "--out", out)
+    assert code == 0, err
+    assert "1-layer student" in stdout
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("distill/relations_loss" in row for row in metrics)
+    from lmlab.runs import load_run
+
+    run = load_run(out)
+    assert run.model.cfg.n_layers == 1
+    assert set(run.model.heads) == ({"mlm"} if imitate == "both" else set())
+    code, _, err = run_cli(capsys, "embed", out, "a cat good", "--out", tmp_path / "v.npy")
+    assert code == 0, err
+
+
+def test_general_distillation_refuses_data_of_another_tokenizer(runs, tmp_path, capsys):  # noqa: F811
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"text": f"words {i} here."}) + "\n"
+                                              for i in range(200)))
+    assert main(["prepare", str(tmp_path / "t.jsonl"), "--vocab-size", "120", "--out",
+                 str(tmp_path / "other")]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "distill", runs["mlm"], "--data", tmp_path / "other",
+                           "--layers", "1", "--out", tmp_path / "s")
+    assert code == 1 and "teacher's tokenizer" in err and len(err.strip().splitlines()) == 1

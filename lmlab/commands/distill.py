@@ -25,9 +25,12 @@ def add_distill_command(commands: argparse._SubParsersAction) -> None:
                     "--train's texts and --unlabelled's; a student cut from it (--layers N) or "
                     "fresh (--student PRESET) learns those scores at --temperature and the "
                     "given labels; the best checkpoint on --validation is kept. The task and "
-                    "how rows are read are the teacher's.")
+                    "how rows are read are the teacher's. With --data, a pre-trained teacher "
+                    "instead: the student learns its masked-LM distribution and/or its last "
+                    "layer's attention relations (--imitate) on the dataset's text.")
     parser.add_argument("teacher", type=Path, metavar="TEACHER",
-                        help="a run directory written by lmlab finetune")
+                        help="a run directory written by lmlab finetune (or, with --data, a "
+                             "pre-trained or imported run)")
     parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
     specs = field_specs(DistillConfig)
     add_config_options(parser, {name: spec for name, spec in specs.items()

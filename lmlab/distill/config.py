@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from lmlab.config.fields import documented
 from lmlab.finetune.config import FinetuneConfig
@@ -17,9 +18,20 @@ class DistillConfig(FinetuneConfig):
     student: str | None = documented(
         None, "or a fresh student of this preset (e.g. modern-tiny), with the teacher's "
         "tokenizer")
+    data: str | None = documented(
+        None, "general distillation from a pre-trained teacher: a dataset prepared with its "
+        "tokenizer (lmlab prepare TEXT --tokenizer TEACHER)")
+    imitate: Literal["mlm", "relations", "both"] = documented(
+        "mlm", "general distillation: the teacher's masked-LM distribution, its last layer's "
+        "attention relations (MiniLMv2), or both")
+    seq_len: int = documented(128, "general distillation: tokens per block")
     temperature: float = documented(2.0, "softening of the teacher's and student's scores")
     hard_weight: float = documented(
         0.5, "weight of the loss on the given labels beside the teacher's (0 = teacher only)")
+
+    @property
+    def reads_task_files(self) -> bool:
+        return self.data is None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from lmlab.distill.config import DistillConfig
-from lmlab.distill.student import cut_from, from_preset
+from lmlab.distill.general import distill_general
+from lmlab.distill.student import student_model
 from lmlab.distill.task import TEACHER, TaughtTask
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
@@ -39,12 +40,19 @@ from lmlab.train.setup import begin, micro_batches_per_step, start
 TASKS = ("classify", "pairs", "regress")  # one output per row, as the teacher's head gives
 
 
-def load_teacher(path: str | Path) -> Run:
+def load_teacher(path: str | Path, general: bool) -> Run:
+    """The teacher: fine-tuned for one of TASKS, or, for general distillation (`general`),
+    pre-trained."""
     teacher = load_run(path)
+    if general:
+        if teacher.task is not None:
+            raise FinetuneError(f"{path} is fine-tuned for {teacher.task.name}; general "
+                                "distillation (--data) needs a pre-trained teacher")
+        return teacher
     if teacher.task is None or teacher.task.name not in TASKS:
         found = "not fine-tuned" if teacher.task is None else f"fine-tuned for {teacher.task.name}"
         raise FinetuneError(f"{path} is {found}; distill needs a teacher fine-tuned for "
-                            f"{', '.join(TASKS)}")
+                            f"{', '.join(TASKS)}, or --data to distil a pre-trained one")
     return teacher
 
 
@@ -82,13 +90,18 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
     """Distil the fine-tuned run at `teacher_path` into a student as `cfg` says; returns the
     student's run directory."""
     env = begin(cfg.seed)
-    teacher = load_teacher(teacher_path)
+    teacher = load_teacher(teacher_path, general=cfg.data is not None)
     teacher.model.to(env.device)
+    if cfg.data is not None:
+        out = distill_general(teacher, cfg, env)
+        distributed.teardown()
+        return out
     cfg = taught_config(cfg, teacher)
     splits = read_splits(cfg)
     check_labels(cfg, splits.train, teacher)
     task = make_task(cfg, teacher.task.labels)
-    model = student_of(teacher, task, cfg).to(env.device)
+    model = student_model(teacher.model, cfg, lambda shape: {
+        task.head: make_head(task.head, shape, **task.head_options())}).to(env.device)
     cfg = replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model))
     reading, token_types = Reading(cfg.attention, cfg.pooling), model.cfg.type_vocab_size > 0
     encoder = Encoder(teacher.require_tokenizer(), teacher.special, cfg.max_len, token_types)
@@ -129,17 +142,6 @@ def check_labels(cfg: DistillConfig, train: list, teacher: Run) -> None:
     if unknown:
         raise FinetuneError(f"{cfg.train} has labels the teacher does not know: "
                             f"{', '.join(sorted(map(str, unknown)))}")
-
-
-def student_of(teacher: Run, task: Task, cfg: DistillConfig) -> LanguageModel:
-    """The student: `cfg.layers` cut from the teacher, or a fresh `cfg.student` preset, with
-    the task's head."""
-    def heads(shape):
-        return {task.head: make_head(task.head, shape, **task.head_options())}
-
-    if cfg.layers is not None:
-        return cut_from(teacher.model, cfg.layers, heads)
-    return from_preset(teacher.model, cfg.student, heads)
 
 
 def _training(cfg: DistillConfig, env, model: LanguageModel, started, data: TaskData,

@@ -24,11 +24,12 @@ def kept_layers(total: int, keep: int) -> list[int]:
 
 def cut_from(teacher: LanguageModel, keep: int, heads: HeadsFor) -> LanguageModel:
     """A student of the teacher's shape with `keep` of its layers (`kept_layers`): the
-    embeddings, those blocks, the final norm and the heads carry the teacher's weights
+    embeddings, those blocks, the final norm and the heads it has carry the teacher's weights
     exactly."""
     layers = kept_layers(teacher.cfg.n_layers, keep)
     cfg = teacher.cfg.with_changes(n_layers=keep)
     student = LanguageModel(cfg, heads=heads(cfg))
+    wanted = student.state_dict()
     renamed = {f"backbone.blocks.{layer}.": f"backbone.blocks.{index}."
                for index, layer in enumerate(layers)}
     state = {}
@@ -38,9 +39,17 @@ def cut_from(teacher: LanguageModel, keep: int, heads: HeadsFor) -> LanguageMode
             if prefix not in renamed:
                 continue
             key = renamed[prefix] + key[len(prefix):]
-        state[key] = tensor
+        if key in wanted:  # the teacher's other heads stay behind
+            state[key] = tensor
     student.load_state_dict(state, strict=True)
     return student
+
+
+def student_model(teacher: LanguageModel, cfg, heads: HeadsFor) -> LanguageModel:
+    """`cfg.layers` cut from the teacher, or a fresh `cfg.student` preset, with `heads`."""
+    if cfg.layers is not None:
+        return cut_from(teacher, cfg.layers, heads)
+    return from_preset(teacher, cfg.student, heads)
 
 
 def from_preset(teacher: LanguageModel, name: str, heads: HeadsFor) -> LanguageModel:
