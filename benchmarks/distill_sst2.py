@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -225,13 +226,15 @@ def main() -> None:
     parser.add_argument("--rtd-model", default="bert-mini")
     parser.add_argument("--threads", type=int, default=2, help="for the speed section")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--label", help="what the measurement is, kept in the results file "
+                                         "(e.g. a short smoke run on a busy machine)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     splits = sst2_splits(args.shared / "sst2", args.work, args.train_rows)
     results = json.loads(args.results.read_text()) if args.results.is_file() else {}
     results.update(machine=machine(), selection=SELECTION, settings={
         k: v for k, v in vars(args).items() if k not in ("only", "redo", "work", "results",
-                                                        "shared")})
+                                                        "shared")}, load_average=os.getloadavg())
     for name in args.only:
         if name in results and not args.redo:
             continue
