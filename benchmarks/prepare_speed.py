@@ -150,7 +150,7 @@ def child(task: str, args: dict) -> dict:
 
         engine = None
         if args.get("engine"):
-            from lmlab.data.datatrove_prepare import Engine
+            from lmlab.data.preparation import Engine
 
             engine = Engine(**args["engine"])
         shutil.rmtree(args["out"], ignore_errors=True)

@@ -138,7 +138,9 @@ def lmlab_step_fn(objective_name: str, compile_model: bool, shape: Shape, device
     return step, parts.counted
 
 
-def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+def hf_model(objective_name: str, shape: Shape):
+    """BertForMaskedLM (mlm) or GPT2LMHeadModel at lmlab's preset size, without dropout, and
+    the masking collator a masked model trains with (None for GPT-2)."""
     from tokenizers import Tokenizer, models
     from transformers import (
         BertConfig,
@@ -150,25 +152,36 @@ def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: t
     )
 
     cfg = model_config(objective_name, shape)
-    if objective_name == "mlm":
-        model = BertForMaskedLM(BertConfig(
-            vocab_size=shape.vocab, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-            num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim,
-            max_position_embeddings=shape.seq, hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0))
-        vocab = {f"t{i}": i for i in range(5, shape.vocab)}
-        vocab.update({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4})
-        tokenizer = PreTrainedTokenizerFast(
-            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
-            pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-            mask_token="[MASK]")
-        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    else:
-        model = GPT2LMHeadModel(GPT2Config(
+    if objective_name != "mlm":
+        return GPT2LMHeadModel(GPT2Config(
             vocab_size=shape.vocab, n_embd=cfg.d_model, n_layer=cfg.n_layers,
             n_head=cfg.n_heads, n_positions=shape.seq, resid_pdrop=0.0, embd_pdrop=0.0,
-            attn_pdrop=0.0))
-        collator = None
+            attn_pdrop=0.0)), None
+    model = BertForMaskedLM(BertConfig(
+        vocab_size=shape.vocab, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, intermediate_size=cfg.ffn_dim,
+        max_position_embeddings=shape.seq, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0))
+    vocab = {f"t{i}": i for i in range(5, shape.vocab)}
+    vocab.update({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4})
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
+        pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]")
+    return model, DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+
+
+def hf_inputs(tokens: torch.Tensor, collator) -> dict:
+    """A Hugging Face model's inputs for (B, T) `tokens`: masked by `collator`, or as their
+    own labels (the model shifts them) without one."""
+    if collator is None:
+        return {"input_ids": tokens, "labels": tokens}
+    batch = collator([{"input_ids": row} for row in tokens.tolist()])
+    return {"input_ids": batch["input_ids"], "labels": batch["labels"]}
+
+
+def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: torch.device):
+    model, collator = hf_model(objective_name, shape)
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     forward = torch.compile(model) if compile_model else model
@@ -176,12 +189,8 @@ def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: t
 
     def step(precision: str) -> None:
         tokens = torch.randint(107, shape.vocab, (shape.batch, shape.seq), generator=generator)
-        if collator is not None:
-            batch = collator([{"input_ids": row} for row in tokens.tolist()])
-            inputs = {"input_ids": batch["input_ids"], "labels": batch["labels"]}
-        else:
-            inputs = {"input_ids": tokens, "labels": tokens}
-        inputs = {name: value.to(device) for name, value in inputs.items()}
+        inputs = {name: value.to(device)
+                  for name, value in hf_inputs(tokens, collator).items()}
         with torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16"):
             loss = forward(**inputs).loss
         loss.backward()
@@ -191,18 +200,23 @@ def hf_step_fn(objective_name: str, compile_model: bool, shape: Shape, device: t
     return step, None
 
 
-def nanogpt_step_fn(objective_name: str, compile_model: bool, shape: Shape,
-                    device: torch.device):
+def nanogpt_model(model_file: Path, shape: Shape):
+    """nanoGPT's GPT, from its own model.py (`model_file`), at GPT-2's layout (biases, tied
+    embeddings) and lmlab's preset size, without dropout."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "nanogpt_model", Path(os.environ["NANOGPT_DIR"]) / "model.py")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", model_file)
     nanogpt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(nanogpt)
-    cfg = model_config(objective_name, shape)
-    model = nanogpt.GPT(nanogpt.GPTConfig(
+    cfg = model_config("clm", shape)
+    return nanogpt.GPT(nanogpt.GPTConfig(
         block_size=shape.seq, vocab_size=shape.vocab, n_layer=cfg.n_layers, n_head=cfg.n_heads,
-        n_embd=cfg.d_model, dropout=0.0, bias=True)).to(device)
+        n_embd=cfg.d_model, dropout=0.0, bias=True))
+
+
+def nanogpt_step_fn(objective_name: str, compile_model: bool, shape: Shape,
+                    device: torch.device):
+    model = nanogpt_model(Path(os.environ["NANOGPT_DIR"]) / "model.py", shape).to(device)
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
     forward = torch.compile(model) if compile_model else model
     generator = torch.Generator().manual_seed(0)

@@ -142,9 +142,9 @@ def test_several_seeds_fit_the_floor_once_and_summarise_it(pretrained, sentiment
                                                            capsys, monkeypatch):
     fitted, fit_floor = [], setup.fit_floor
 
-    def counted(cfg, splits):
-        fitted.append(cfg.seed)
-        return fit_floor(cfg, splits)
+    def counted(task, splits):
+        fitted.append(task)
+        return fit_floor(task, splits)
 
     monkeypatch.setattr(setup, "fit_floor", counted)
     train, dev = sentiment
@@ -152,7 +152,7 @@ def test_several_seeds_fit_the_floor_once_and_summarise_it(pretrained, sentiment
     code, stdout, _ = run_cli(capsys, "finetune", pretrained, "--train", train, "--validation",
                               dev, "--baseline", "bow", "--steps", "1", "--seeds", "2",
                               "--out", out, *FAST)
-    assert code == 0 and fitted == [0]
+    assert code == 0 and len(fitted) == 1
     summary = json.loads((out / "seeds.json").read_text())
     for seed in ("seed-0", "seed-1"):
         assert json.loads((out / seed / "results.json").read_text())["baseline"] == \

@@ -64,14 +64,14 @@ SURFACE = {
                  "--num-workers", "--objective", "--optimizer", "--out", "--overwrite", "--packing",
                  "--patience",
                  "--precision", "--prefix-len", "--random-prob", "--report-to", "--resume",
-                 "--schedule",
+                 "--rtd-generator", "--rtd-weight", "--schedule",
                  "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
                  "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }
 PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern", "modernbert")
            for size in ("tiny", "mini", "small", "medium", "base")]
-OBJECTIVES = ["mlm", "mntp", "clm", "prefix", "span", "mlm+nsp", "mix:A=w,B=w",
+OBJECTIVES = ["mlm", "mntp", "clm", "prefix", "span", "mlm+nsp", "rtd", "mix:A=w,B=w",
               "alternate:A,B@steps", "then:A,B@fraction"]
 
 
@@ -110,7 +110,7 @@ def test_help_shows_defaults_and_choices(capsys):
         main(["pretrain", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "peak learning rate (default: 0.001)" in shown
-    assert "--precision {fp32,bf16,fp16}" in shown
+    assert "--precision {auto,fp32,bf16,fp16}" in shown
     assert "share of ordinary tokens a masked objective selects (default: 0.15)" in shown
 
 

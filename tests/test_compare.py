@@ -282,6 +282,9 @@ def test_every_sub_run_and_probe_reports_to_the_trackers(world, tmp_path, capsys
              "--seq-len", "32", "--batch-size", "16", "--eval-tokens", "2000", "--probe",
              world["probe"], "--probe-epochs", "0.2", "--out", str(out)]
     assert main([*words, "--report-to", "tensorboard"]) == 0
+    shown = capsys.readouterr().out  # each sub-run and probe says its first steps and pace
+    assert shown.count("training: step 1 of 4 starts") == 2
+    assert shown.count("steps/s") >= 2
     pretrained = [out / "runs" / objective / "budget-1" / "seed-0" for objective in ("mlm", "clm")]
     for run in [*pretrained, *(r / "probes" / "cue" / "seed-0" for r in pretrained)]:
         events = EventAccumulator(str(run / "tensorboard"))

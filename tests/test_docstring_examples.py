@@ -178,3 +178,32 @@ def test_sequence_example(monkeypatch):
     assert masked.input_ids[0].tolist() == ids(line(Then, "inputs@2"))
     assert masked.targets[0].tolist() == ids(line(Then, "targets@2"))
     assert masked.mask.kind == "bidirectional"
+
+
+def test_replaced_token_detection_example(monkeypatch):
+    from lmlab.objectives.rtd import ReplacedTokenDetection
+
+    doc = ReplacedTokenDetection
+    assert "rate 0.3" in inspect.getdoc(doc)
+    tokens = ids(line(doc, "tokens"))  # [CLS] the cat sat down [SEP]
+    draws = ForcedDraws(rand=[[[0.0, 0.5, 0.1, 0.5, 0.2, 0.0]],  # cat and down selected
+                              [[0.0, 0.0, 0.5, 0.0, 0.5, 0.0]]],  # both become [MASK]
+                        randint=[[[0] * 6]])  # random tokens, drawn and not used
+    monkeypatch.setattr(masking, "torch", draws)
+    objective = ReplacedTokenDetection(MaskedLM(SPECIAL, rate=0.3))
+    batch = objective.make_batch(torch.tensor([tokens]), generator())
+    assert draws.used_up()
+    assert batch.input_ids[0].tolist() == ids(line(doc, "inputs"))
+    assert batch.targets[0].tolist() == ids(line(doc, "targets"))
+    sampled = ids(line(doc, "sampled"))  # a generator sure of dog, then of down
+
+    def model(input_ids, predict_at, **_):
+        if "generator" in predict_at:
+            logits = torch.full((2, SPECIAL.vocab_size), -1e4)
+            logits[0, VOCAB["dog"]] = logits[1, VOCAB["down"]] = 0.0
+            return {"generator": logits}
+        assert input_ids[0].tolist() == sampled  # the discriminator reads the samples
+        return {"rtd": torch.zeros(predict_at["rtd"].flat.numel())}
+
+    outputs = objective.outputs(model, batch)
+    assert outputs["replaced"][0].tolist() == [float(w) for w in line(doc, "replaced")[:6]]

@@ -17,11 +17,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from lmlab.data.errors import DataError
-from lmlab.data.preparation import prepare
+from lmlab.data.preparation import Engine, prepare
 from tests.test_prepare_parallel import RECIPE, corpus, write_jsonl
 
-datatrove_prepare = pytest.importorskip("lmlab.data.datatrove_prepare")
-Engine = datatrove_prepare.Engine
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-import lmlab.data.preparation as preparation
+import lmlab.data.preparation.builtin as preparation
 from lmlab.cli import main
 
 WORDS = "the a quick slow brown fox dog cat jumps runs over under lazy old river bank".split()

@@ -163,3 +163,46 @@ def test_muon_on_the_cpu_takes_torchs_steps_in_fp32():
     assert moved > 1e-2  # the steps did something
     torch.testing.assert_close(ours, theirs, atol=0.02 * moved.item(), rtol=0)
     assert optimizer.state_dict()["state"][0].keys() == {"momentum_buffer"}
+
+
+def reference_muon_step(params, buffers, lr, weight_decay, momentum=0.95):
+    """Muon's step one parameter at a time (the form the stacked step must equal): momentum,
+    Nesterov, Newton-Schulz in fp32 on one matrix, AdamW-matched scale, decoupled decay."""
+    from lmlab.train.optim import orthogonalised
+
+    for param, buffer in zip(params, buffers, strict=True):
+        buffer.lerp_(param.grad, 1 - momentum)
+        update = param.grad.lerp(buffer, momentum)
+        update = orthogonalised(update, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+        param.mul_(1 - lr * weight_decay).add_(update, alpha=-lr * 0.2 * max(param.shape) ** 0.5)
+
+
+def test_muon_steps_matrices_of_one_shape_together_as_each_alone():
+    torch.manual_seed(0)
+    shapes = [(48, 80), (80, 48), (48, 80), (32, 32), (48, 80), (80, 48)]
+    ours = [torch.nn.Parameter(torch.randn(shape)) for shape in shapes]
+    theirs = [p.detach().clone() for p in ours]
+    buffers = [torch.zeros_like(p) for p in theirs]
+    optimizer = Muon(ours, lr=1e-2, weight_decay=0.1)
+    start = [p.detach().clone() for p in ours]
+    for _ in range(3):
+        for mine, reference in zip(ours, theirs, strict=True):
+            mine.grad = torch.randn(mine.shape)
+            reference.grad = mine.grad.clone()
+        optimizer.step()
+        reference_muon_step(theirs, buffers, lr=1e-2, weight_decay=0.1)
+    for mine, reference, before, buffer in zip(ours, theirs, start, buffers, strict=True):
+        assert (mine - before).abs().max() > 1e-2
+        torch.testing.assert_close(mine.detach(), reference, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(optimizer.state[mine]["momentum_buffer"], buffer)
+
+
+def test_the_stacked_newton_schulz_equals_one_matrix_at_a_time():
+    from lmlab.train.optim import orthogonalised
+
+    stack = torch.randn(5, 24, 40, generator=torch.Generator().manual_seed(0))
+    for matrices in (stack, stack.mT.contiguous()):
+        together = orthogonalised(matrices, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+        alone = torch.stack([orthogonalised(m, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+                             for m in matrices])
+        torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)

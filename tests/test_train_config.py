@@ -29,7 +29,8 @@ def test_command_line_values_take_the_field_type(name, text, value):
     (lambda tmp: resolve_config(None, {"stpes": 3}, TrainConfig),
      "unknown config field 'stpes'; did you mean 'steps'"),
     (lambda tmp: parse_value("steps", "ten", TrainConfig), "steps takes an integer, got 'ten'"),
-    (lambda tmp: TrainConfig(precision="fp8"), "precision='fp8' is not one of fp32, bf16, fp16"),
+    (lambda tmp: TrainConfig(precision="fp8"),
+     "precision='fp8' is not one of auto, fp32, bf16, fp16"),
     (lambda tmp: TrainConfig(resume=True, overwrite=True), "choose --resume or --overwrite"),
     (lambda tmp: resolve_config(tmp / "missing.toml", {}, TrainConfig), "does not exist"),
 ])

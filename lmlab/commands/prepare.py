@@ -115,7 +115,7 @@ def engine_of(args: argparse.Namespace):
     require_extra("datatrove", "datatrove", "--engine datatrove")
     if args.executor == "ray":
         require_extra("ray", "ray", "--executor ray")
-    from lmlab.data.datatrove_prepare import Engine
+    from lmlab.data.preparation import Engine
 
     return Engine(args.executor or "local", args.tasks)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lmlab.compare.design import Probe
 from lmlab.compare.measures import probe_measure
+from lmlab.finetune.traits import TASKS
 
 
 @dataclass
@@ -42,9 +43,9 @@ def probe_config(probe: Probe):
 
 def probe_floors(probes: Sequence[Probe]) -> Floors:
     """The bag-of-words floor of every probe whose task has one."""
-    from lmlab.finetune.bow_baseline import NAME, applies, floor_of_config, require_scikit_learn
+    from lmlab.finetune.bow_baseline import NAME, floor_of_config, require_scikit_learn
 
-    wanted = [probe for probe in probes if applies(probe.task)]
+    wanted = [probe for probe in probes if TASKS[probe.task].bag_of_words_floor]
     if not wanted:
         return Floors()
     names = "probe" + "s" * (len(wanted) > 1) + " " + ", ".join(p.name for p in wanted)

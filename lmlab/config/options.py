@@ -36,6 +36,10 @@ def add_config_options(parser: argparse.ArgumentParser, specs: dict) -> None:
         default = _default(spec)
         shown = "" if default is None else f" (default: {default})".replace("%", "%%")
         help_text = help_of(spec).replace("%", "%%") + shown
+        if kind is bool and default is None:  # three ways: the switch, true/false, auto
+            parser.add_argument(flag(name), dest=name, nargs="?", const="true", default=None,
+                                metavar="true|false|auto", help=help_text)
+            continue
         if kind is bool:
             parser.add_argument(flag(name), dest=name, action="store_const", const="true",
                                 default=None, help=help_text)

@@ -73,7 +73,7 @@ def parse_value(name: str, text: str, config_class: type) -> Any:
     """A command-line string → the field's type (numbers, booleans, None, dicts as JSON)."""
     check_field(name, config_class)
     kind = flat_fields(config_class)[name]
-    if text.lower() in ("none", "null"):
+    if text.lower() in ("none", "null") or (kind is bool and text.lower() == "auto"):
         return None
     try:
         if kind is bool:

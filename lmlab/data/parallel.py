@@ -8,7 +8,7 @@ the one a single process makes.
     deciding     this process, in input order: exact and near duplicates (Cleaner)
     encoding     workers: each document's token ids (one tokenizer thread per worker), split,
                  UTF-8 size and sentence offsets
-    writing      this process: shards, offsets, statistics (preparation.py)
+    writing      this process: shards, offsets, statistics (preparation/encode.py)
 
 At most AHEAD chunks per worker wait at each stage, so memory stays bounded. With one worker
 everything runs here, the tokenizer encoding a chunk in its own threads while the previous

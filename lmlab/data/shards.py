@@ -104,7 +104,7 @@ class TokenWriter:
 
     def add_part(self, directory: Path) -> None:
         """Append this split of a dataset part that another process encoded with the same
-        tokenizer (datatrove_prepare.py): its tokens, and its offsets moved past ours."""
+        tokenizer (preparation/datatrove_work.py): its tokens, and its offsets moved past ours."""
         if (Path(directory) / f"{self.split}.tokens.bin").stat().st_size == 0:
             return  # nothing of the part fell in this split (and an empty file maps to nothing)
         part = TokenFile(directory, self.split, self.dtype.name)

@@ -1,15 +1,17 @@
 """Which Hugging Face class a run exports to, or why none reproduces it exactly.
 
 The family (bert, gpt2, modern, modernbert) fixes the HF architecture; the heads of a
-pre-trained run, or the traits of a fine-tuned run's task, fix the class; the way the model reads (its objective's
-attention, a fine-tuned run's attention and pooling) must be the one that class computes with,
-or the exported model would give other answers.
+pre-trained run, or the traits of a fine-tuned run's task, fix the class; the way the model
+reads (its objective's attention, a fine-tuned run's attention and pooling) must be the one
+that class computes with, or the exported model would give other answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of
 from lmlab.finetune.traits import TASKS
 from lmlab.runs import Run
@@ -26,6 +28,8 @@ class Target:
     architecture: str  # the transformers class, e.g. "BertForMaskedLM"
     heads: tuple[str, ...]  # the lmlab heads it carries, sorted; none for a bare backbone
     config: dict = field(default_factory=dict)  # what the class adds to config.json
+    # model → HF-named weights, where the family's table alone does not give them (ELECTRA)
+    weights: Callable | None = None
 
     @property
     def causal(self) -> bool:
@@ -65,6 +69,9 @@ def export_target(run: Run) -> Target:
     if run.task is not None:
         return Target(family, _task_class(run.task, family), heads,
                       _task_config(run.task, family))
+    if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
+        return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
+                      electra_weights)
     if (family, heads) not in CLASSES:
         raise ExportError(_no_class(family, heads))
     return Target(family, CLASSES[family, heads], heads)

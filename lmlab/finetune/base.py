@@ -125,6 +125,10 @@ class Task:
         """Fill in what the head predicts at, and the targets when the rows have them."""
         raise NotImplementedError
 
+    def outputs(self, model, batch: Batch, unprojected: bool = False) -> dict:
+        """`model`'s outputs for `batch`, as the loop asks of any objective."""
+        return model(**batch.model_inputs(), unprojected=unprojected)
+
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         return {self.name: torch.tensor(batch.input_ids.shape[0])}
 

@@ -9,9 +9,9 @@ counts give; pre-training has not yet paid for itself there. `lmlab finetune --b
 keeps it beside the model's scores in results.json, and `lmlab compare` beside every
 classification probe's.
 
-It applies to tasks whose examples are rows of a table, each with one label (classify,
-pairs); answer spans, tags and numbers have no such floor. This module imports nothing heavy
-at the top, since the fine-tuning config asks it which tasks it applies to.
+It applies to the tasks whose traits say so (lmlab.finetune.traits: rows of a table, each
+with one label); answer spans, tags and numbers have no such floor. scikit-learn is imported
+only when a floor is fitted.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lmlab.finetune.traits import TASKS
+from lmlab.finetune.base import Task
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.registry import make_task
+from lmlab.finetune.sequence_tasks import LabelPrediction
+from lmlab.finetune.splits import Splits, read_splits
 
 if TYPE_CHECKING:
-    from lmlab.finetune.config import FinetuneConfig
     from lmlab.finetune.readers import TextExample
-    from lmlab.finetune.setup import Splits
 
 NAME = "bag-of-words"
 EXTRA = "baselines"  # the lmlab extra that installs scikit-learn
@@ -34,20 +36,6 @@ MODEL = "logistic regression on tf-idf word 1-2-grams"
 # sentence's sentiment; here it is "n", "'", "t", and the bigram "is n" keeps the negation.
 TOKENS = r"(?u)\w+|[^\w\s]"
 MAX_ITERATIONS = 1000  # lbfgs's default 100 stops short on large vocabularies
-
-
-def applies(task: str) -> bool:
-    """Whether `task` has the floor: a table of texts (or pairs), each row one label."""
-    traits = TASKS[task]
-    return traits.examples == "table" and traits.target == "label"
-
-
-def check_floor_applies(task: str, baseline: str) -> None:
-    """Refuse, in one line and before any work, a floor the task cannot have."""
-    if not applies(task):
-        tasks = " and ".join(name for name in TASKS if applies(name))
-        raise ValueError(f"--baseline {baseline} fits one label per text, for the {tasks} "
-                         f"tasks; {task} has no {NAME} floor (leave out --baseline)")
 
 
 def require_scikit_learn(needed_by: str = "--baseline bow") -> None:
@@ -98,17 +86,13 @@ class BagOfWords:
         return len(self.vectorizer.vocabulary_) * (3 if self.pairs else 1)
 
 
-def fit_floor(cfg: FinetuneConfig, splits: Splits) -> dict:
-    """The floor of `cfg`'s task fitted on `splits.train` and scored on its validation and
-    test rows with the task's metrics, as results.json keeps it under "baseline"."""
+def fit_floor(task: Task, splits: Splits) -> dict:
+    """The floor of `task` fitted on `splits.train` and scored on its validation and test
+    rows with the task's metrics, as results.json keeps it under "baseline"."""
     import numpy as np
     import sklearn
     from sklearn.linear_model import LogisticRegression
 
-    from lmlab.finetune.registry import make_task
-    from lmlab.finetune.sequence_tasks import LabelPrediction
-
-    task = make_task(cfg, splits.labels)
     features = BagOfWords(any(e.text_pair is not None for e in splits.train)).fit(splits.train)
     model = LogisticRegression(max_iter=MAX_ITERATIONS)
     model.fit(features(splits.train), [task.target_of(e) for e in splits.train])
@@ -129,9 +113,8 @@ def fit_floor(cfg: FinetuneConfig, splits: Splits) -> dict:
 
 def floor_of_config(cfg: FinetuneConfig) -> dict:
     """The floor of the splits `cfg` names, read as fine-tuning reads them."""
-    from lmlab.finetune.setup import read_splits
-
-    return fit_floor(cfg, read_splits(cfg))
+    splits = read_splits(cfg)
+    return fit_floor(make_task(cfg, splits.labels), splits)
 
 
 def floor_line(floor: dict, results: dict) -> str:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
-from lmlab.finetune.bow_baseline import check_floor_applies
-from lmlab.finetune.traits import TASKS, task_help
+from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
 from lmlab.train.config import LoopConfig
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each

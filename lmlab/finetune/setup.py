@@ -9,22 +9,20 @@ and plots.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
-from lmlab.finetune.config import FinetuneConfig, default_lr, where_filter
+from lmlab.finetune.config import FinetuneConfig, default_lr
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
 from lmlab.finetune.evaluate import evaluate_task
-from lmlab.finetune.formats import example_files
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
+from lmlab.finetune.splits import Splits, read_splits
 from lmlab.finetune.traits import TASKS
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
@@ -39,60 +37,11 @@ from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
 from lmlab.train.loop import Training, run_training
 from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 
 
 class FinetuneError(ValueError):
     """A fine-tuning that cannot be done as asked, stated in one line."""
-
-
-@dataclass
-class Splits:
-    train: list
-    validation: list
-    test: list | None
-    labels: list[str] | None = None  # the label names training holds (None: no labels)
-
-
-def read_splits(cfg: FinetuneConfig) -> Splits:
-    """The task's files; label names come from training, and validation and test may hold
-    no label training did not see."""
-    files = example_files(cfg)
-    train = files.read(cfg.train, where_filter(cfg.train_where))
-    labels = files.label_names(train)
-    splits = Splits(train, files.read(cfg.validation, where_filter(cfg.validation_where)),
-                    None, labels)
-    files.check_known(splits.validation, labels, cfg.validation)
-    if cfg.test and same_data((cfg.validation, cfg.validation_where), (cfg.test, cfg.test_where)):
-        # the best checkpoint is chosen on validation, so its score there is no test score
-        print(f"lmlab finetune: --test {cfg.test} is the same data as --validation, which "
-              "chooses the best checkpoint; it is not scored as a test", file=sys.stderr)
-    elif cfg.test:
-        splits.test = files.read(cfg.test, where_filter(cfg.test_where))
-        files.check_known(splits.test, labels, cfg.test)
-    return splits
-
-
-def same_data(first: tuple[str, str | None], second: tuple[str, str | None]) -> bool:
-    """Whether two (file, where filter) pairs select the same rows: the same filter, and the
-    same file by path or by content."""
-    (first_path, first_where), (second_path, second_where) = first, second
-    if first_where != second_where:
-        return False
-    first_path, second_path = Path(first_path), Path(second_path)
-    if first_path.resolve() == second_path.resolve():
-        return True
-    return (first_path.is_file() and second_path.is_file()
-            and first_path.stat().st_size == second_path.stat().st_size
-            and _digest(first_path) == _digest(second_path))
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def resolved(cfg: FinetuneConfig, pretrained: Run, splits: Splits) -> FinetuneConfig:
@@ -141,6 +90,15 @@ def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     return out
 
 
+def _encoded(task: Task, splits: Splits, encoder: Encoder, announce: bool) -> tuple[list, list]:
+    """The training and validation rows; saying so first, as a large file takes a while."""
+    if announce:
+        print(f"tokenising {len(splits.train):,} training and {len(splits.validation):,} "
+              "validation examples", flush=True)
+    return (task.encode(splits.train, encoder, training=True),
+            task.encode(splits.validation, encoder, training=False))
+
+
 def _out_dir(cfg: FinetuneConfig) -> Path:
     return Path(cfg.out or f"runs/finetune-{cfg.task}")
 
@@ -150,6 +108,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
@@ -159,8 +118,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
     encoder = Encoder(tokenizer, pretrained.special, cfg.max_len, token_types)
-    train_rows = task.encode(splits.train, encoder, training=True)
-    validation_rows = task.encode(splits.validation, encoder, training=False)
+    train_rows, validation_rows = _encoded(task, splits, encoder, env.is_main)
 
     out = _out_dir(cfg)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
@@ -191,7 +149,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     if env.is_main:
         load_checkpoint(pick_checkpoint(out, "best"), model)
         if cfg.baseline != "none" and floor is None:
-            floor = fit_floor(cfg, splits)
+            floor = fit_floor(task, splits)
         print(_summary(write_results(out, model, task, splits, encoder, reading, cfg, floor),
                        task.main_metric))
     distributed.teardown()

@@ -36,6 +36,8 @@ class TaskTraits:
     # lmlab family → the Hugging Face class a run fine-tuned for it exports to
     hf_classes: Mapping[str, str] = field(default_factory=dict)
     hf_problem_type: str | None = None  # what HF's config.json says its loss is, if anything
+    # whether the bag-of-words floor (lmlab.finetune.bow_baseline) applies: one label per text
+    bag_of_words_floor: bool = False
 
 
 def encoder_classes(kind: str) -> dict[str, str]:
@@ -46,10 +48,12 @@ def encoder_classes(kind: str) -> dict[str, str]:
 TASKS: dict[str, TaskTraits] = {
     "classify": TaskTraits(
         "text → label", "classify", "accuracy", "table", "label", "optional",
-        encoder_classes("SequenceClassification"), "single_label_classification"),
+        encoder_classes("SequenceClassification"), "single_label_classification",
+        bag_of_words_floor=True),
     "pairs": TaskTraits(
         "two texts → label", "classify", "accuracy", "table", "label", "required",
-        encoder_classes("SequenceClassification"), "single_label_classification"),
+        encoder_classes("SequenceClassification"), "single_label_classification",
+        bag_of_words_floor=True),
     "regress": TaskTraits(
         "text(s) → number", "classify", "pearson", "table", "number", "optional",
         encoder_classes("SequenceClassification"), "regression"),
@@ -65,3 +69,11 @@ TASKS: dict[str, TaskTraits] = {
 def task_help() -> str:
     """Each task with what it learns, for --task's help."""
     return ", ".join(f"{name} ({traits.summary})" for name, traits in TASKS.items())
+
+
+def check_floor_applies(task: str, baseline: str) -> None:
+    """Refuse, in one line and before any work, a bag-of-words floor the task cannot have."""
+    if not TASKS[task].bag_of_words_floor:
+        tasks = " and ".join(name for name, traits in TASKS.items() if traits.bag_of_words_floor)
+        raise ValueError(f"--baseline {baseline} fits one label per text, for the {tasks} "
+                         f"tasks; {task} has no bag-of-words floor (leave out --baseline)")

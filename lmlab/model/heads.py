@@ -21,6 +21,7 @@ from lmlab.kernels.linear import Linear
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from lmlab.model.layers import make_norm
 from lmlab.model.selectors import Pooling, Positions, Rows
+from lmlab.model.transformer import Transformer
 
 
 def soft_cap(logits: Tensor, cap: float) -> Tensor:
@@ -53,9 +54,13 @@ class Unprojected:
 
 class Head(nn.Module):
     """An output head over the backbone's hidden states (B, T, d); a token head unless it says
-    otherwise in `accepts`, the selectors (or None) it can be given as `at`."""
+    otherwise in `accepts`, the selectors (or None) it can be given as `at`. A head that
+    `reads_inputs` is a model of its own over the input ids (a generator), called with the
+    backbone's inputs instead of its states; it shares the input embedding whatever `cfg`
+    says about tying."""
 
     accepts: tuple[type, ...] = (Positions, type(None))
+    reads_inputs = False
 
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the input embedding, when the model ties it; only vocabulary heads do."""
@@ -186,9 +191,73 @@ class SpanHead(Head):
         return self.outputs(self.transform(hidden))
 
 
+class DiscriminatorHead(Head):
+    """ELECTRA's discriminator: dense → activation → one score per token, (B, T, 1) or (N, 1),
+    the logit that the token was replaced (Clark et al. 2020; HF `ElectraDiscriminatorPredictions`,
+    exact GELU as its BERT-family configs)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.transform = Linear(cfg.d_model, cfg.d_model)
+        self.score = Linear(cfg.d_model, 1)
+
+    def forward(self, hidden: Tensor, at: Positions | None = None) -> Tensor:
+        return self.score(F.gelu(self.transform(read_tokens(hidden, at))))
+
+
+GENERATOR_SIZES = ("width/4", "width/2", "depth/2")
+
+
+def generator_config(cfg: ModelConfig, size: str) -> ModelConfig:
+    """The generator's shape beside a discriminator of shape `cfg`: a quarter or half of its
+    width (ELECTRA's 1/4-1/2, heads scaled alike), or half its depth (DeBERTa-v3)."""
+    if size not in GENERATOR_SIZES:
+        raise ValueError(f"generator size {size!r} is not one of {', '.join(GENERATOR_SIZES)}")
+    what, _, divisor = size.partition("/")
+    if what == "depth":
+        return cfg.with_changes(n_layers=max(1, cfg.n_layers // int(divisor)))
+    heads = max(1, cfg.n_heads // int(divisor))
+    width = max(cfg.d_model // int(divisor), heads * 2)  # an even head size for rotary
+    return cfg.with_changes(d_model=width, n_heads=heads, n_kv_heads=None, head_size=None,
+                            ffn_size=None)
+
+
+class GeneratorHead(Head):
+    """A small masked LM over the input ids (ELECTRA's generator): the shared token embedding,
+    projected to its width when narrower, its own blocks, then BERT's prediction head back at
+    the embedding's width with the decoder tied to the shared embedding. Logits (N, V) at
+    `at` (None: everywhere)."""
+
+    reads_inputs = True
+
+    def __init__(self, cfg: ModelConfig, size: str = "width/4") -> None:
+        super().__init__()
+        inner = generator_config(cfg, size)
+        self.encoder = Transformer(inner)
+        if inner.d_model != cfg.d_model:  # ELECTRA's `embeddings_project`
+            self.encoder.token_embedding = nn.Sequential(
+                nn.Embedding(cfg.vocab_size, cfg.d_model), Linear(cfg.d_model, inner.d_model))
+        self.transform = Linear(inner.d_model, cfg.d_model)
+        self.norm = make_norm(cfg)
+        self.decoder = Linear(cfg.d_model, cfg.vocab_size)
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        embedded = self.encoder.token_embedding
+        (embedded[0] if isinstance(embedded, nn.Sequential) else embedded).weight = \
+            embedding.weight
+        self.decoder.weight = embedding.weight
+
+    def forward(self, input_ids: Tensor, mask, positions: Tensor | None = None,
+                token_type_ids: Tensor | None = None, at: Positions | None = None) -> Tensor:
+        keep = None if at is None else at.flat
+        hidden = self.encoder(input_ids, mask, positions, token_type_ids, keep=keep)
+        return self.decoder(self.norm(F.gelu(self.transform(hidden))))
+
+
 # Heads by the name objectives and batches use for them.
 HEADS: dict[str, type[Head]] = {
     "lm": LMHead, "mlm": MLMHead, "nsp": SequenceHead,  # pre-training
+    "rtd": DiscriminatorHead, "generator": GeneratorHead,  # replaced-token detection
     "classify": SequenceHead, "tag": TokenHead, "span": SpanHead,  # fine-tuning
 }
 

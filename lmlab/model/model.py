@@ -28,8 +28,8 @@ class LanguageModel(nn.Module):
         if not isinstance(heads, Mapping):
             heads = {name: make_head(name, cfg) for name in heads}
         self.heads = nn.ModuleDict(heads)
-        if cfg.tie_embeddings:
-            for head in self.heads.values():
+        for head in self.heads.values():
+            if cfg.tie_embeddings or head.reads_inputs:
                 head.tie(self.backbone.token_embedding)
         self.apply(self._init_weights)
         # GPT-2: scale residual-branch outputs by 1/sqrt(2·layers) so the stream's variance
@@ -54,19 +54,26 @@ class LanguageModel(nn.Module):
 
         `predict_at` maps a head name to what it reads (lmlab.model.selectors: `Positions`,
         `Rows`, `Pooling`, or None for everything), each head accepting its own kinds; by
-        default every head runs everywhere. Returns each head's logits under its name; with
-        `unprojected`, vocabulary heads return `Unprojected` features for a fused loss instead
-        of logits. The final hidden states are under "hidden", (B, T, d), except when one
-        token head alone runs at chosen positions (MLM): the backbone then computes its last
-        outputs at those positions only, and they are under "hidden_rows", (N, d), instead.
+        default every head runs everywhere; heads that read the inputs (a generator) run on
+        them, the backbone only when another head needs it. Returns each head's logits under
+        its name; with `unprojected`, vocabulary heads return `Unprojected` features for a
+        fused loss instead of logits. The final hidden states are under "hidden", (B, T, d),
+        except when one token head alone runs at chosen positions (MLM): the backbone then
+        computes its last outputs at those positions only, and they are under "hidden_rows",
+        (N, d), instead.
         """
         requests = predict_at if predict_at is not None else dict.fromkeys(self.heads)
         for name, at in requests.items():
             self._check_request(name, at)
+        outputs = {name: self.heads[name](input_ids, mask, positions, token_type_ids, at)
+                   for name, at in requests.items() if self.heads[name].reads_inputs}
+        requests = {name: at for name, at in requests.items() if name not in outputs}
+        if outputs and not requests:  # input readers alone: the backbone is not needed
+            return outputs
         keep = self._only_rows_read(requests)
         hidden = self.backbone(input_ids, mask, positions, token_type_ids, cache,
                                None if keep is None else keep.flat)
-        outputs = {"hidden" if keep is None else "hidden_rows": hidden}
+        outputs["hidden" if keep is None else "hidden_rows"] = hidden
         for name, at in requests.items():
             head, at = self.heads[name], None if keep is not None else at
             outputs[name] = (head(hidden, at, unprojected=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lmlab.config import ModelConfig
+from lmlab.model.heads import Head, make_head
 from lmlab.model.selectors import Positions, Selector
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import IGNORE_INDEX, LossSum, token_loss_sum
@@ -30,6 +32,29 @@ class Objective:
 
     def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
         raise NotImplementedError
+
+    # Whether its step runs the model more than once (a generator, then the model): such an
+    # objective makes its own `outputs`, and cannot share a step with another.
+    two_passes = False
+
+    def outputs(self, model, batch: Batch, unprojected: bool = False) -> dict[str, Tensor]:
+        """`model`'s outputs for `batch`, as `loss` reads them: one forward pass."""
+        return model(**batch.model_inputs(), unprojected=unprojected)
+
+    def head_options(self) -> dict[str, dict]:
+        """Each of its heads → the options it is built with (lmlab.model.heads.make_head)."""
+        return {head: {} for head in self.heads}
+
+    def build_heads(self, cfg: ModelConfig) -> dict[str, Head]:
+        """Its heads for a model of shape `cfg`, as pre-training builds them."""
+        return {name: make_head(name, cfg, **options)
+                for name, options in self.head_options().items()}
+
+    def companion_models(self, cfg, rows: int, seq_len: int) -> list[tuple]:
+        """Other models a step trains beside the one of shape `cfg` (a generator), each as
+        (its ModelConfig, the share of positions it projects to the vocabulary), for FLOP
+        counting (lmlab.train.flops); none for a single-pass objective."""
+        return []
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         """Each loss term's target count, known before the forward pass, so the loop can

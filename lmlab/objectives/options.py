@@ -25,6 +25,12 @@ class ObjectiveOptions:
     prefix_len: int | None = documented(
         None, "prefix LM: a fixed prefix length; none = drawn uniformly per row")
 
+    rtd_weight: float = documented(
+        50.0, "rtd: weight λ of the discriminator's loss beside the generator's (ELECTRA: 50)")
+    rtd_generator: Literal["width/4", "width/2", "depth/2"] = documented(
+        "width/4", "rtd: the generator beside the model: a quarter or half its width, or half "
+        "its depth")
+
     def __post_init__(self) -> None:
         check_choices(self)
         for name in ("mlm_rate", "mask_prob", "random_prob", "span_noise_density"):

@@ -16,6 +16,7 @@ from lmlab.objectives.mlm import LinearRate, MaskedLM
 from lmlab.objectives.nsp import MaskedLMWithNSP
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.prefix_lm import PrefixLM
+from lmlab.objectives.rtd import ReplacedTokenDetection
 from lmlab.objectives.sequence import Then
 from lmlab.objectives.span_corruption import SpanCorruption
 
@@ -38,6 +39,8 @@ BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
     "span": lambda special, options, *_: SpanCorruption(
         special, options.span_noise_density, options.span_mean_length),
     "mlm+nsp": lambda *args: MaskedLMWithNSP(_masked(*args)),
+    "rtd": lambda *args: ReplacedTokenDetection(_masked(*args), args[1].rtd_weight,
+                                                args[1].rtd_generator),
 }
 
 
@@ -69,13 +72,13 @@ def _base(name: str, special, options, word_starts, total_steps) -> Objective:
 def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions | None = None,
                     word_starts: Tensor | None = None,
                     total_steps: int | None = None) -> Objective:
-    """`mlm` | `clm` | `prefix` | `span` | `mlm+nsp` | `mntp` | `mix:clm=1,mlm=15` |
+    """`mlm` | `clm` | `prefix` | `span` | `mlm+nsp` | `mntp` | `rtd` | `mix:clm=1,mlm=15` |
     `alternate:clm,mlm@1000` (switch every 1000 steps) | `then:clm,mlm@0.75` (clm for the
     first 75% of the run's steps, then mlm). A masking-rate schedule runs over
     `total_steps`, or, when None, over the run the objective is later fixed to (`for_run`)."""
     options = options or ObjectiveOptions()
-    build = lambda name: _base(name.strip(), special, options, word_starts,  # noqa: E731
-                               total_steps)
+    build = lambda name: _part(_base(name.strip(), special, options, word_starts,  # noqa: E731
+                                     total_steps), spec)
     kind, _, rest = spec.partition(":")
     if kind == "mix" and rest:
         names, weights = [], []
@@ -97,6 +100,14 @@ def build_objective(spec: str, special: SpecialTokens, options: ObjectiveOptions
         names, _, fraction = rest.partition("@")
         return Then([build(n) for n in names.split(",")], _switch_fraction(fraction, spec))
     return build(spec)
+
+
+def _part(objective: Objective, spec: str) -> Objective:
+    """`objective` as a part of `spec`; one that runs a generator first needs a step alone."""
+    if objective.two_passes and ":" in spec:
+        raise ValueError(f"{objective.title} runs its generator before the model in each "
+                         f"step, so it cannot share steps with another objective ({spec!r})")
+    return objective
 
 
 def _switch_fraction(text: str, spec: str) -> float:

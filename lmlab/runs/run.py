@@ -170,7 +170,7 @@ def build_heads(config: RunConfig, objective: Objective) -> dict[str, Head]:
     fine-tuned run's task head; none for an imported bare encoder), else the objective's."""
     named = config.named_heads
     if named is None:
-        named = dict.fromkeys(objective.heads, {})
+        named = objective.head_options()
     return {name: make_head(name, config.model, **options) for name, options in named.items()}
 
 

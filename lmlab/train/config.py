@@ -62,9 +62,12 @@ class LoopConfig:
         None, "the embeddings' learning rate as a multiple of --lr; none = 1")
     beta2: float = documented(0.95, "AdamW's second-moment decay")
     grad_clip: float = documented(1.0, "clip the gradient's global norm to this")
-    precision: Literal["fp32", "bf16", "fp16"] = documented(
-        "fp32", "compute precision (bf16/fp16: autocast; weights stay fp32)")
-    compile: bool = documented(False, "compile the model with torch.compile")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = documented(
+        "auto", "compute precision (bf16/fp16: autocast; weights stay fp32); auto = bf16 on a "
+                "GPU with bf16 tensor cores, else fp32")
+    compile: bool | None = documented(
+        None, "compile the model with torch.compile (--compile, --compile false); none = auto: "
+              "on a CUDA GPU, not on the CPU")
     activation_checkpointing: bool = documented(
         False, "recompute each block's activations in the backward pass instead of keeping "
                "them: less memory for about a third more compute")

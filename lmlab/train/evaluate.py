@@ -48,10 +48,14 @@ def validate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Te
         for tokens in blocks:
             batch = objective.make_batch(tokens, generator).to(env.device)
             with autocast(precision, env.device):
-                outputs = model(**batch.model_inputs())
-            for term, (loss_sum, count) in objective.loss(outputs, batch).terms.items():
+                outputs = objective.outputs(model, batch)
+            losses = objective.loss(outputs, batch)
+            for term, (loss_sum, count) in losses.terms.items():
                 totals[f"{term}_sum"] = totals.get(f"{term}_sum", 0) + loss_sum.double()
                 totals[f"{term}_count"] = totals.get(f"{term}_count", 0) + count
+            for detail, (value, count) in losses.details.items():  # reported as ratios
+                totals[f"{detail}_part"] = totals.get(f"{detail}_part", 0) + value.double()
+                totals[f"{detail}_of"] = totals.get(f"{detail}_of", 0) + count
             totals["correct"] = totals.get("correct", 0) + _correct_predictions(
                 objective, outputs, batch)
         totals = all_reduce_sum({k: torch.as_tensor(v) for k, v in totals.items()}, env)
@@ -62,6 +66,9 @@ def validate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Te
             if term == objective.token_term:  # perplexities of token predictions only
                 metrics[f"{name}/{term}_ppl"] = math.exp(min(loss, 50.0))
                 metrics[f"{name}/{term}_bpb"] = loss / math.log(2) / bytes_per_token
+        for detail in (k[: -len("_part")] for k in totals if k.endswith("_part")):
+            metrics[f"{name}/{detail}"] = float(
+                totals[f"{detail}_part"] / totals[f"{detail}_of"].clamp(min=1))
         metrics[f"{name}/accuracy"] = float(
             totals["correct"] / totals[f"{objective.token_term}_count"].clamp(min=1))
     model.train(was_training)

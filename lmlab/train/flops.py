@@ -20,7 +20,7 @@ from lmlab.config import ModelConfig
 from lmlab.kernels.linear import dnn_linear
 from lmlab.kernels.machine import cpu_name
 from lmlab.train.distributed import Env, from_rank_0
-from lmlab.train.precision import PRECISION_DTYPES
+from lmlab.train.precision import precision_dtype
 
 # Dense peak FLOP/s per GPU by name, (bf16/fp16 tensor core, fp32): vendor datasheets.
 GPU_PEAKS = {
@@ -50,9 +50,12 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, predicted_fraction: float = 
 
 
 def objective_flops_per_token(cfg: ModelConfig, seq_len: int, objective, rows: int) -> float:
-    """`flops_per_token` as `objective` trains on micro-batches of `rows` rows."""
-    return flops_per_token(cfg, seq_len, objective.predicted_fraction(rows, seq_len),
-                           objective.last_block_fraction(rows, seq_len))
+    """`flops_per_token` as `objective` trains on micro-batches of `rows` rows, with the
+    models it trains beside it (ELECTRA's generator)."""
+    companions = sum(flops_per_token(other, seq_len, share) for other, share
+                     in objective.companion_models(cfg, rows, seq_len))
+    return companions + flops_per_token(cfg, seq_len, objective.predicted_fraction(rows, seq_len),
+                                        objective.last_block_fraction(rows, seq_len))
 
 
 def _cache_file() -> Path:
@@ -125,5 +128,6 @@ def device_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
 def all_ranks_peak_flops(precision: str, env: Env) -> float:
     """Every rank's peak together; rank 0 probes alone (ranks probing at once would share the
     cores and read low)."""
-    peak = device_peak_flops(env.device, PRECISION_DTYPES[precision]) if env.is_main else 0.0
+    peak = (device_peak_flops(env.device, precision_dtype(precision, env.device))
+            if env.is_main else 0.0)
     return from_rank_0(peak, env) * env.world_size

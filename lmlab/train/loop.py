@@ -31,6 +31,7 @@ from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save
 from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.optim import set_lr
+from lmlab.train.pace import Pace, Throughput
 from lmlab.train.schedule import Schedule
 from lmlab.train.step import (
     SkippedSteps,
@@ -163,8 +164,10 @@ def run_training(t: Training) -> LoopState:
     generator = torch.Generator()
     throughput = Throughput()
     skipped = SkippedSteps(state.nonfinite_streak, t.env.device)
+    pace = Pace(bar.write, first_step=state.step)
     try:
         stopping = False
+        pace.starting(state.total_steps, cfg.compile)
         while state.step < state.total_steps and not stopping:
             lr = cfg.lr * t.schedule(state.step)
             set_lr(t.optimizer, lr)
@@ -178,6 +181,7 @@ def run_training(t: Training) -> LoopState:
             state.tokens += tokens
             state.data = t.data.state_dict()
             throughput.add(tokens)
+            pace.step_done(state.step, state.total_steps)
             if t.deadline is not None:
                 _keep_to_deadline(t, bar)
             stopping = _stop_requested(t, stop)
@@ -196,22 +200,6 @@ def run_training(t: Training) -> LoopState:
             print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
         raise RunStopped(stop.signum)
     return state
-
-
-class Throughput:
-    """Tokens trained since the last log line, and the time they took."""
-
-    def __init__(self) -> None:
-        self.start, self.tokens = time.perf_counter(), 0
-
-    def add(self, tokens: int) -> None:
-        self.tokens += tokens
-
-    def take(self) -> float:
-        """Tokens per second since the last call, and start again."""
-        rate = self.tokens / max(time.perf_counter() - self.start, 1e-9)
-        self.start, self.tokens = time.perf_counter(), 0
-        return rate
 
 
 def _log_due(t: Training) -> bool:

@@ -4,6 +4,7 @@ a progress bar with rate and ETA, and the curves plot at the end."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,6 +93,12 @@ class ProgressBar:
         self.bar.update(step - self.bar.n)
         self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
                              tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+
+    def write(self, line: str) -> None:
+        """A line of its own above the bar (none when the bar is disabled)."""
+        if not self.bar.disable:
+            tqdm.write(line, file=sys.stdout)
+            sys.stdout.flush()
 
     def set_total(self, total_steps: int) -> None:
         self.bar.total = total_steps

@@ -81,11 +81,14 @@ class Optimizers:
 
 class Muon(torch.optim.Muon):
     """torch.optim.Muon's update, scaled to AdamW's size ("match_rms_adamw", Liu et al. 2025),
-    with two changes. On the CPU it orthogonalises in fp32: torch's bf16 is several times slower
-    there without bf16 matrix units (measured on 2 AMD EPYC cores: a reference CLM step took
-    2.7 times as long). And like a fused optimizer it reads `found_inf` on the device: a step
-    whose loss or gradients were not finite leaves weights and momentum as they were, with
-    nothing read back to the host."""
+    with three changes. Matrices of one shape step together: their momenta, Newton-Schulz
+    iterations and updates run as batched products over the stacked matrices (a transformer's
+    blocks hold a few shapes, each many times), so the step costs a few kernels per shape rather
+    than a Python loop of kernels per parameter. On the CPU it orthogonalises in fp32: torch's
+    bf16 is several times slower there without bf16 matrix units (measured on 2 AMD EPYC cores:
+    a reference CLM step took 2.7 times as long). And like a fused optimizer it reads
+    `found_inf` on the device: a step whose loss or gradients were not finite leaves weights
+    and momentum as they were, with nothing read back to the host."""
 
     reads_found_inf = True
 
@@ -97,38 +100,58 @@ class Muon(torch.optim.Muon):
     def step(self, closure=None):
         skip = getattr(self, "found_inf", None)  # a 0-d float tensor, 1 = skip, or None
         for group in self.param_groups:
-            momentum, lr = group["momentum"], group["lr"]
-            for param in (p for p in group["params"] if p.grad is not None):
-                state = self.state[param]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(param)
-                buffer = state["momentum_buffer"]
-                moved = buffer.lerp(param.grad, 1 - momentum)
-                update = param.grad.lerp(moved, momentum) if group["nesterov"] else moved
-                dtype = torch.float32 if param.device.type == "cpu" else torch.bfloat16
-                update = orthogonalised(update.to(dtype), group["ns_coefficients"],
-                                        group["ns_steps"], group["eps"]).to(param.dtype)
-                stepped = param.mul(1 - lr * group["weight_decay"]).add_(
-                    update, alpha=-lr * 0.2 * max(param.shape) ** 0.5)
-                if skip is not None:
-                    moved = torch.where(skip.bool(), buffer, moved)
-                    stepped = torch.where(skip.bool(), param, stepped)
-                buffer.copy_(moved)
-                param.copy_(stepped)
+            for same_shape in _by_shape(p for p in group["params"] if p.grad is not None):
+                self._step_stacked(same_shape, group, skip)
+
+    def _step_stacked(self, params: list[nn.Parameter], group: dict,
+                      skip: torch.Tensor | None) -> None:
+        """One Muon step of `params`, matrices of one shape, as (k, m, n) stacks."""
+        momentum, lr = group["momentum"], group["lr"]
+        for param in params:
+            if "momentum_buffer" not in self.state[param]:
+                self.state[param]["momentum_buffer"] = torch.zeros_like(param)
+        buffers = [self.state[p]["momentum_buffer"] for p in params]
+        weights, grads = torch.stack(params), torch.stack([p.grad for p in params])  # (k, m, n)
+        before = torch.stack(buffers)
+        moved = before.lerp(grads, 1 - momentum)
+        update = grads.lerp(moved, momentum) if group["nesterov"] else moved
+        dtype = torch.float32 if weights.device.type == "cpu" else torch.bfloat16
+        update = orthogonalised(update.to(dtype), group["ns_coefficients"], group["ns_steps"],
+                                group["eps"]).to(weights.dtype)
+        stepped = weights.mul(1 - lr * group["weight_decay"]).add_(
+            update, alpha=-lr * 0.2 * max(weights.shape[1:]) ** 0.5)
+        if skip is not None:
+            moved = torch.where(skip.bool(), before, moved)
+            stepped = torch.where(skip.bool(), weights, stepped)
+        torch._foreach_copy_(buffers, list(moved.unbind(0)))
+        torch._foreach_copy_(params, list(stepped.unbind(0)))
+
+
+def _by_shape(params) -> list[list[nn.Parameter]]:
+    """`params` gathered by shape, dtype and device: the stacks Muon steps together."""
+    groups: dict[tuple, list[nn.Parameter]] = {}
+    for param in params:
+        groups.setdefault((param.shape, param.dtype, param.device), []).append(param)
+    return list(groups.values())
 
 
 def orthogonalised(matrix: torch.Tensor, coefficients: tuple[float, float, float],
                    steps: int, eps: float) -> torch.Tensor:
     """The quintic Newton-Schulz iteration of Muon (Jordan et al. 2024) in the matrix's own
-    dtype: about U·Vᵀ of its singular value decomposition U·S·Vᵀ."""
+    dtype: about U·Vᵀ of its singular value decomposition U·S·Vᵀ. `matrix` is (m, n) or a
+    stack (..., m, n), each orthogonalised on its own in batched products."""
     a, b, c = coefficients
-    tall = matrix.shape[0] > matrix.shape[1]
-    x = matrix.T if tall else matrix
-    x = x / x.norm().clamp(min=eps)  # spectral norm at most 1
+    tall = matrix.shape[-2] > matrix.shape[-1]
+    x = matrix.mT if tall else matrix
+    shape = x.shape
+    x = x.reshape(-1, *shape[-2:])  # (k, short, long)
+    # spectral norm at most 1, each matrix by its own Frobenius norm
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(steps):
-        gram = x @ x.T
-        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-    return x.T if tall else x
+        gram = torch.bmm(x, x.mT)  # (k, short, short)
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    x = x.reshape(shape)
+    return x.mT if tall else x
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1,

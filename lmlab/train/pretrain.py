@@ -41,7 +41,7 @@ from lmlab.train.loop import (
 from lmlab.train.precision import grad_scaler
 from lmlab.train.resume import BUDGETS, trained_steps
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
 from lmlab.train.trackers import require_trackers
 from lmlab.train.warm_start import (
@@ -113,13 +113,14 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     # versions make of an unset option
     cfg = replace(cfg, embedding_lr_scale=cfg.embedding_rate_scale)
     env = begin(cfg.seed)
+    out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
+    cfg = device_defaults(cfg, env, out)
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special
     objective = build_objective(cfg.objective, special, cfg.objective_options,
                                 dataset.word_starts)
     model = _starting_model(cfg, objective, special, source).to(env.device)
     model_cfg = model.cfg
-    out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
     config = _run_config(cfg, out, dataset, model_cfg, source)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
@@ -141,7 +142,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     state.total_steps = (_resumed_steps(cfg, model, state) if planned_steps else
                          distributed.from_rank_0(  # timed by each rank, rank 0's count for all
                              _total_steps(cfg, model, objective, special, micro_size,
-                                          accumulation), env))
+                                          accumulation, env.is_main), env))
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
     deadline = None if started.resumed else _deadline(cfg, model)  # resumed: the last plan
@@ -186,8 +187,9 @@ def _starting_model(cfg: TrainConfig, objective: Objective, special: SpecialToke
     """A new model of the preset asked for, or the --init source's, with the objective's
     heads."""
     if source is None:
-        return LanguageModel(model_config(cfg, objective, special), heads=objective.heads)
-    return warm_started_model(source, objective.heads)
+        model_cfg = model_config(cfg, objective, special)
+        return LanguageModel(model_cfg, heads=objective.build_heads(model_cfg))
+    return warm_started_model(source, objective.build_heads(source.model_cfg))
 
 
 def _run_config(cfg: TrainConfig, out: Path, dataset: Dataset, model_cfg: ModelConfig,
@@ -218,11 +220,14 @@ def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int)
 
 
 def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
-                 special: SpecialTokens, micro_size: int, accumulation: int) -> int:
+                 special: SpecialTokens, micro_size: int, accumulation: int,
+                 announce: bool) -> int:
     steps = _step_cap(cfg, model)
     minutes = minutes_budget(cfg.minutes, steps)
     if minutes is None:
         return steps
+    if announce:  # a step of a large model on a CPU can take minutes
+        print(f"timing one training step to fit the run into {minutes:g} minutes", flush=True)
     # One timing, though it pays for warming up: the run's Deadline corrects the estimate.
     (timing,) = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
                              runs=1)

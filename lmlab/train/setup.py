@@ -7,14 +7,22 @@ validation) and hands the result to the one loop."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
+from lmlab.kernels.device_defaults import (
+    Choice,
+    allow_tf32,
+    compile_for,
+    device_facts,
+    precision_for,
+)
 from lmlab.model import LanguageModel
-from lmlab.runs.layout import prepare_run_dir
-from lmlab.runs.schema import RunConfig
+from lmlab.runs.layout import CONFIG, prepare_run_dir
+from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.config import LoopConfig
@@ -23,6 +31,8 @@ from lmlab.train.optim import make_optimizer
 from lmlab.train.resume import BUDGETS, resumed_config
 from lmlab.train.trackers import require_trackers
 
+C = TypeVar("C", bound=LoopConfig)
+
 
 def begin(seed: int) -> distributed.Env:
     """The processes of the run, and the seed every rank starts from (so new weights are the
@@ -30,6 +40,32 @@ def begin(seed: int) -> distributed.Env:
     env = distributed.setup()
     torch.manual_seed(seed)
     return env
+
+
+def device_defaults(cfg: C, env: distributed.Env, out: Path) -> C:
+    """`cfg` with --precision and --compile resolved on the run's device (auto: bf16 and
+    compiled on a GPU with bf16 tensor cores, fp32 and eager on the CPU), said in the run's
+    first lines; config.json then records the values the run trains with. A resumed run left
+    at auto keeps the precision it was trained in. TF32 is allowed for fp32 products on CUDA."""
+    facts = device_facts(env.device)
+    precision = precision_for(cfg.precision, facts)
+    saved = _saved_precision(out) if cfg.resume and cfg.precision == "auto" else None
+    if saved is not None:
+        precision = Choice(saved, "as the run resumed was trained")
+    compiled = compile_for(cfg.compile, facts)
+    tf32 = allow_tf32(env.device)
+    if env.is_main:
+        print(f"precision {precision.value}: {precision.reason}")
+        print(f"compile {'on' if compiled.value else 'off'}: {compiled.reason}"
+              + ("; TF32 allowed for fp32 products" if tf32 else ""))
+    return replace(cfg, precision=precision.value, compile=compiled.value)
+
+
+def _saved_precision(out: Path) -> str | None:
+    try:
+        return read_run_config(out / CONFIG).train.get("precision")
+    except (OSError, RunConfigError):
+        return None  # no run there: resume refuses it in its own words
 
 
 def micro_batches_per_step(cfg: LoopConfig, env: distributed.Env) -> tuple[int, int]:

@@ -41,7 +41,7 @@ def forward_loss(model, objective, compile_model: bool):
     forward = torch.compile(model) if compile_model else model
 
     def run(batch) -> LossSum:
-        return objective.loss(forward(**batch.model_inputs(), unprojected=True), batch)
+        return objective.loss(objective.outputs(forward, batch, unprojected=True), batch)
 
     return run
 

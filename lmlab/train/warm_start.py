@@ -12,6 +12,7 @@ model already knows of each token rather than from noise.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tokenizers import Tokenizer
 
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
-from lmlab.model.heads import VocabularyHead
+from lmlab.model.heads import Head, VocabularyHead
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import previous_checkpoint, read_manifest
 from lmlab.runs.layout import TOKENIZER
@@ -116,9 +117,10 @@ def check_dataset_tokenizer(dataset_tokenizer: str | None, vocab_size: int, data
                         f"TEXT --tokenizer {split_init(source.given)[0]} --out DIR")
 
 
-def warm_started_model(source: InitSource, heads: tuple[str, ...]) -> LanguageModel:
-    """A model of the source's shape with `heads`: the backbone and the heads the source has
-    carry its weights; the others start as the module's docstring says."""
+def warm_started_model(source: InitSource, heads: Iterable[str] | Mapping[str, Head]
+                       ) -> LanguageModel:
+    """A model of the source's shape with `heads` (built for it): the backbone and the heads
+    the source has carry its weights; the others start as the module's docstring says."""
     model = LanguageModel(source.model_cfg, heads=heads)  # every weight initialised
     trained = source.run.model
     model.backbone.load_state_dict(trained.backbone.state_dict())
@@ -150,4 +152,6 @@ HEAD_STARTS = {  # how a head the source lacks starts, as the run's first line s
     "lm": _decoder,
     "mlm": lambda cfg: f"transform and norm fresh, {_decoder(cfg)}, output bias zero",
     "nsp": lambda cfg: "pooler and classifier fresh",
+    "generator": lambda cfg: "fresh blocks, token embedding shared with the backbone",
+    "rtd": lambda cfg: "fresh",
 }

@@ -1,4 +1,4 @@
-"""`lmlab prepare --engine datatrove`: the same steps as preparation.py, as datatrove pipeline
+"""`lmlab prepare --engine datatrove`: the same steps as the built-in engine, as datatrove pipeline
 stages that its executors spread over tasks: processes here (local) or a Ray cluster (ray).
 
     read and clean   N tasks  lmlab's readers and cleaning.examine: normalisation, control
@@ -8,7 +8,7 @@ stages that its executors spread over tasks: processes here (local) or a Ray clu
                      lmlab's n-gram size, LSH bands for the threshold, and words (str.split)
     tokenizer        1 task, when the recipe trains one: on the kept training split
     encode           N tasks, each into its own part of the dataset (lmlab's shards)
-    merge            here: the parts end to end, then meta.json and stats.txt as preparation.py
+    merge            here: the parts end to end, then meta.json and stats.txt as builtin.py
 
 Stages work in WORK = .OUT.datatrove beside the dataset, on storage every task can reach.
 datatrove marks each finished task there, so running the same command again after an
@@ -25,40 +25,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
-from lmlab.data.cleaning import CleaningReport
-from lmlab.data.datatrove_steps import (
-    PARTS,
-    TOKENIZER,
-    EncodeShards,
-    Examine,
-    ReadRankFile,
-    ReadSources,
-    Tally,
-    TrainTokenizer,
-    WhitespaceWords,
-    read_counts,
-    summed,
-)
+from lmlab.data.cleaning import CleaningConfig
 from lmlab.data.errors import DataError
-from lmlab.data.near_dedup import lsh_bands
-from lmlab.data.preparation import (
-    SPLITS,
-    dataset_record,
-    given_tokenizer,
-    make_dataset,
-    reading_record,
-)
-from lmlab.data.readers import ReadStats
+from lmlab.data.mixing import parse_source
+from lmlab.data.near_dedup import NearDedupConfig, lsh_bands
+from lmlab.data.preparation.datatrove_work import TOKENIZER, check_read, cleaning, merge
+from lmlab.data.preparation.directory import make_dataset
+from lmlab.data.preparation.encode import given_tokenizer
 from lmlab.data.recipe import Recipe
-from lmlab.data.shards import TokenWriter
-from lmlab.data.stats import TokenStats
 
 EXECUTORS = ("local", "ray")
 
@@ -98,6 +76,16 @@ class Stage:
 
 class StageUnfinished(DataError):
     """Tasks of a stage failed or did not run: the work folder stays, to resume from."""
+
+
+def check_engine_recipe(recipe: Recipe) -> None:
+    """What only the built-in engine does, refused before anything runs."""
+    if not recipe.sources:
+        raise DataError("--engine datatrove reads files: give SOURCE paths (the built-in "
+                        "corpus is prepared without it)")
+    if any(parse_source(source).weight is not None for source in recipe.sources):
+        raise DataError("--engine datatrove does not mix weighted sources; drop the weights "
+                        "or prepare without --engine")
 
 
 def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs: list[dict],
@@ -147,7 +135,7 @@ def _run(sources: list[str], recipe: Recipe, inputs: list[dict], engine: Engine,
                                   f"{logs}/logs); run the same command again to continue")
         if stage.check:
             stage.check(str(work))
-    return {**_merge(str(work), recipe, staging),
+    return {**merge(str(work), recipe, staging),
             "engine": {"name": "datatrove", "version": _datatrove_version(),
                        "executor": engine.executor, "tasks": tasks}}
 
@@ -170,77 +158,121 @@ def _claim(work: Path, settings: dict) -> None:
 
 
 def _stages(sources: list[str], recipe: Recipe, work: str, tasks: int) -> list[Stage]:
+    """The pipeline's stages in order. The stage that writes `stream` (the documents so far)
+    takes each dedup's signature step; the dedup's drop stage reads `stream` again, in the
+    same order, to drop what it found."""
+    from lmlab.data.preparation.datatrove_steps import ReadRankFile, Tally
+
+    config = recipe.cleaning()
+    stages, stream = [], "cleaned"
+    writing = _read_and_clean(sources, recipe, work, tasks)
+    for dedup in (_exact_dedup(config, work, tasks), _near_dedup(config, work)):
+        if dedup is None:
+            continue
+        writing.pipeline.append(dedup.signature)
+        stages.extend([writing, *dedup.finding])
+        writing = Stage(f"{dedup.label} dedup: drop",
+                        [ReadRankFile(f"{work}/{stream}"), dedup.drop, Tally(dedup.label, work),
+                         _writer(work, f"{dedup.label}-kept")], tasks)
+        stream = f"{dedup.label}-kept"
+    stages.append(replace(writing, check=cleaning))  # nothing left is an error before training
+    if recipe.trains_tokenizer:
+        stages.append(_tokenizer(recipe, work, stream))
+    stages.append(_encode(recipe, work, stream, tasks))
+    return stages
+
+
+@dataclass(frozen=True)
+class _Dedup:
+    label: str
+    signature: object  # the step appended to the stage that writes the documents
+    finding: list[Stage]
+    drop: object  # the filter that drops what `finding` found
+
+
+def _writer(work: str, folder: str):
+    from datatrove.pipeline.writers import JsonlWriter
+
+    return JsonlWriter(f"{work}/{folder}", output_filename="${rank}.jsonl.gz")
+
+
+def _read_and_clean(sources: list[str], recipe: Recipe, work: str, tasks: int) -> Stage:
+    from lmlab.data.preparation.datatrove_steps import Examine, ReadSources
+
+    return Stage("read and clean", [ReadSources(sources, recipe, work),
+                                    Examine(recipe.cleaning(), work), _writer(work, "cleaned")],
+                 tasks, lambda work: check_read(work, sources))
+
+
+def _exact_dedup(config: CleaningConfig, work: str, tasks: int) -> _Dedup | None:
     from datatrove.pipeline.dedup.exact_dedup import (
         ExactDedupConfig,
         ExactDedupFilter,
         ExactDedupSignature,
         ExactFindDedups,
     )
+
+    if not config.exact_dedup:
+        return None
+    exact = ExactDedupConfig(content_getter=_text)
+    find = ExactFindDedups(f"{work}/exact-signatures", f"{work}/exact-duplicates", exact)
+    return _Dedup("exact", ExactDedupSignature(f"{work}/exact-signatures", exact, tasks),
+                  [Stage("exact dedup: find", [find], tasks)],
+                  ExactDedupFilter(f"{work}/exact-duplicates", exact))
+
+
+def _near_dedup(config: CleaningConfig, work: str) -> _Dedup | None:
     from datatrove.pipeline.dedup.minhash import (
-        MinhashConfig,
         MinhashDedupBuckets,
         MinhashDedupCluster,
         MinhashDedupFilter,
         MinhashDedupSignature,
     )
-    from datatrove.pipeline.writers import JsonlWriter
+
+    from lmlab.data.preparation.datatrove_steps import WhitespaceWords
+
+    if not config.near_dedup:
+        return None
+    minhash, bands = _minhash_config(config.near_dedup)
+    signatures, buckets = f"{work}/minhash-signatures", f"{work}/minhash-buckets"
+    clusters = f"{work}/minhash-clusters"
+    return _Dedup(
+        "near", MinhashDedupSignature(signatures, minhash, language=WhitespaceWords()),
+        [Stage("near dedup: buckets", [MinhashDedupBuckets(signatures, buckets, config=minhash)],
+               bands),
+         Stage("near dedup: clusters", [MinhashDedupCluster(buckets, clusters, config=minhash)],
+               1)],
+        MinhashDedupFilter(clusters))
+
+
+def _minhash_config(near: NearDedupConfig):
+    """datatrove's MinHash with lmlab's n-gram size and LSH bands for the threshold; and the
+    number of bands."""
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
     from datatrove.utils.hashing import HashConfig
     from datatrove.utils.text import TextNormConfig
 
-    def writer(folder: str) -> JsonlWriter:
-        return JsonlWriter(f"{work}/{folder}", output_filename="${rank}.jsonl.gz")
+    bands, rows = lsh_bands(near.threshold, near.num_permutations)
+    # sha1: datatrove's default xxhash is handed str, which xxhash 4 refuses; no text
+    # normalisation: shingles of the cleaned text's words, as lmlab's own near dedup
+    return MinhashConfig(n_grams=near.shingle_words, num_buckets=bands, hashes_per_bucket=rows,
+                         seed=near.seed, hash_config=HashConfig(hash_fc="sha1"),
+                         norm_config=TextNormConfig(
+                             lowercase=False, norm_whitespace=False, remove_punctuation=False,
+                             norm_unicode_diacritics=False, norm_numbers=False)), bands
 
-    cleaning = recipe.cleaning()
-    stages: list[Stage] = []
-    # the stage that writes `stream`, the documents so far; each dedup appends its signature
-    # step to it, then reads `stream` again, in the same order, to drop what it found
-    writing = Stage("read and clean", [ReadSources(sources, recipe, work),
-                                       Examine(cleaning, work), writer("cleaned")], tasks,
-                    lambda work: _check_read(work, sources))
-    stream = "cleaned"
 
-    def dedup(label: str, signature, finding: list[Stage], drop) -> None:
-        nonlocal writing, stream
-        writing.pipeline.append(signature)
-        stages.extend([writing, *finding])
-        writing = Stage(f"{label} dedup: drop", [ReadRankFile(f"{work}/{stream}"), drop,
-                                                 Tally(label, work), writer(f"{label}-kept")],
-                        tasks)
-        stream = f"{label}-kept"
+def _tokenizer(recipe: Recipe, work: str, stream: str) -> Stage:
+    from lmlab.data.preparation.datatrove_steps import TrainTokenizer
 
-    if cleaning.exact_dedup:
-        exact = ExactDedupConfig(content_getter=_text)
-        dedup("exact", ExactDedupSignature(f"{work}/exact-signatures", exact, tasks),
-              [Stage("exact dedup: find", [ExactFindDedups(
-                  f"{work}/exact-signatures", f"{work}/exact-duplicates", exact)], tasks)],
-              ExactDedupFilter(f"{work}/exact-duplicates", exact))
-    if cleaning.near_dedup:
-        near = cleaning.near_dedup
-        bands, rows = lsh_bands(near.threshold, near.num_permutations)
-        # sha1: datatrove's default xxhash is handed str, which xxhash 4 refuses; no text
-        # normalisation: shingles of the cleaned text's words, as lmlab's own near dedup
-        minhash = MinhashConfig(n_grams=near.shingle_words, num_buckets=bands,
-                                hashes_per_bucket=rows, seed=near.seed,
-                                hash_config=HashConfig(hash_fc="sha1"),
-                                norm_config=TextNormConfig(
-                                    lowercase=False, norm_whitespace=False,
-                                    remove_punctuation=False, norm_unicode_diacritics=False,
-                                    norm_numbers=False))
-        dedup("near", MinhashDedupSignature(f"{work}/minhash-signatures", minhash,
-                                            language=WhitespaceWords()),
-              [Stage("near dedup: buckets", [MinhashDedupBuckets(
-                  f"{work}/minhash-signatures", f"{work}/minhash-buckets", config=minhash)],
-                  bands),
-               Stage("near dedup: clusters", [MinhashDedupCluster(
-                   f"{work}/minhash-buckets", f"{work}/minhash-clusters", config=minhash)], 1)],
-              MinhashDedupFilter(f"{work}/minhash-clusters"))
-    stages.append(replace(writing, check=_cleaning))  # nothing left is an error before training
-    if recipe.trains_tokenizer:
-        stages.append(Stage(f"train {recipe.tokenizer} tokenizer",
-                            [TrainTokenizer(recipe, f"{work}/{stream}", work)], 1))
-    stages.append(Stage("encode", [ReadRankFile(f"{work}/{stream}"),
-                                   EncodeShards(recipe, work)], tasks))
-    return stages
+    return Stage(f"train {recipe.tokenizer} tokenizer",
+                 [TrainTokenizer(recipe, f"{work}/{stream}", work)], 1)
+
+
+def _encode(recipe: Recipe, work: str, stream: str, tasks: int) -> Stage:
+    from lmlab.data.preparation.datatrove_steps import EncodeShards, ReadRankFile
+
+    return Stage("encode", [ReadRankFile(f"{work}/{stream}"), EncodeShards(recipe, work)], tasks)
 
 
 def _text(document) -> bytes:
@@ -273,55 +305,6 @@ def _connect_ray() -> None:
         connect("--executor ray", log_to_driver=False)  # the tasks log to their own files
     except ConnectionError as error:  # not a failed write of the dataset (an OSError too)
         raise DataError(str(error)) from None
-
-
-def _check_read(work: str, sources: list[str]) -> None:
-    if summed(read_counts(work, "read")).get("documents", 0) == 0:
-        raise DataError(f"{' '.join(sources)}: the corpus is empty (no documents)")
-
-
-def _merge(work: str, recipe: Recipe, staging: Path) -> dict:
-    """The tasks' parts end to end in `staging`, and the rest of meta.json."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(f"{work}/{TOKENIZER}")
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    parts = sorted((Path(work) / PARTS).iterdir())
-    splits, token_stats = {}, []
-    for split in SPLITS:
-        writer = TokenWriter(staging, split, vocab_size)
-        stats = TokenStats(vocab_size)
-        for part in parts:
-            writer.add_part(part)
-            with np.load(part / "stats.npz") as saved:
-                stats.frequencies += saved[f"{split}_frequencies"]
-                stats.length_buckets += saved[f"{split}_length_buckets"]
-        size = sum(json.loads((part / "splits.json").read_text())[split]["bytes"]
-                   for part in parts)
-        splits[split] = {**writer.close(), "bytes": size}
-        token_stats.append(stats)
-    return {**dataset_record(staging, recipe, tokenizer, splits, token_stats),
-            "reading": _reading(work), "cleaning": _cleaning(work).as_dict(),
-            "cleaning_by_source": None, "mix": None}
-
-
-def _reading(work: str) -> dict:
-    read = summed(read_counts(work, "read"))
-    return reading_record(ReadStats(**{**read, "skipped": Counter(read.get("skipped", {}))}))
-
-
-def _cleaning(work: str) -> CleaningReport:
-    examined = summed(read_counts(work, "examine"))
-    report = CleaningReport(**{**examined,
-                               "quality_rejected": Counter(examined["quality_rejected"])})
-    admitted = report.documents_in - report.empty - sum(report.quality_rejected.values())
-    exact = summed(read_counts(work, "exact")).get("documents", admitted)
-    near = summed(read_counts(work, "near")).get("documents", exact)
-    report.exact_duplicates, report.near_duplicates = admitted - exact, exact - near
-    report.documents_out = near
-    if near == 0:
-        raise DataError(f"no documents left after cleaning ({report.documents_in} in)")
-    return report
 
 
 def _datatrove_version() -> str:

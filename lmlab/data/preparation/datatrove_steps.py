@@ -1,15 +1,13 @@
-"""lmlab's own steps for a datatrove pipeline (datatrove_prepare.py runs them).
+"""lmlab's own steps for a datatrove pipeline (datatrove.py runs them).
 
-Each step does one task's share (`rank` of `world_size`) and leaves what it counted in
-`counts/STEP-RANK.json`, which the driver sums into meta.json: a task that is run again
-rewrites its own file, so counts stay right when an interrupted prepare resumes.
+Each step does one task's share (`rank` of `world_size`) and leaves what it counted in the
+work folder (datatrove_work.py), which the driver sums into meta.json.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -18,27 +16,15 @@ import numpy as np
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.word_tokenizers import WordTokenizer
+from tokenizers import Tokenizer
 
 from lmlab.data.cleaning import Cleaner, CleaningConfig, CleaningReport, examine
+from lmlab.data.parallel import Workers
+from lmlab.data.preparation.datatrove_work import PARTS, TOKENIZER, write_counts
+from lmlab.data.preparation.encode import encode_splits, train_on
 from lmlab.data.readers import ReadOptions, ReadStats, expand_sources, read_file
 from lmlab.data.recipe import Recipe
 from lmlab.data.streaming import chunked
-
-# The work folder's parts, shared with datatrove_prepare.py.
-COUNTS = "counts"
-PARTS = "parts"
-TOKENIZER = "tokenizer.json"
-
-
-def write_counts(work: str, step: str, rank: int, counts: dict) -> None:
-    folder = Path(work) / COUNTS
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{step}-{rank:05d}.json").write_text(json.dumps(counts))
-
-
-def read_counts(work: str, step: str) -> list[dict]:
-    return [json.loads(path.read_text())
-            for path in sorted((Path(work) / COUNTS).glob(f"{step}-*.json"))]
 
 
 class ReadSources(PipelineStep):
@@ -156,8 +142,6 @@ class TrainTokenizer(PipelineStep):
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1
             ) -> DocumentsPipeline:
-        from lmlab.data.preparation import train_on
-
         files = sorted(Path(self.kept).glob("*.jsonl.gz"))
         texts = (document.text for path in files for document in read_rank_file(path))
         size = sum(path.stat().st_size for path in files)  # compressed: the bar is a guide
@@ -177,11 +161,6 @@ class EncodeShards(PipelineStep):
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1
             ) -> DocumentsPipeline:
-        from tokenizers import Tokenizer
-
-        from lmlab.data.parallel import Workers
-        from lmlab.data.preparation import encode_splits
-
         part = Path(self.work) / PARTS / f"{rank:05d}"
         part.mkdir(parents=True, exist_ok=True)
         tokenizer = Tokenizer.from_file(str(Path(self.work) / TOKENIZER))
@@ -210,15 +189,3 @@ class WhitespaceWords(WordTokenizer):
 
     def span_tokenize(self, text: str) -> list[tuple[int, int]]:
         return [(0, len(text))]
-
-
-def summed(counts: list[dict]) -> dict:
-    """Counts of every task added key by key (nested counters included)."""
-    total: dict = {}
-    for one in counts:
-        for key, value in one.items():
-            if isinstance(value, dict):
-                total[key] = dict(Counter(total.get(key, {})) + Counter(value))
-            else:
-                total[key] = total.get(key, 0) + value
-    return total

@@ -1,0 +1,151 @@
+"""Replaced-token detection (ELECTRA; Clark et al. 2020): a small masked-LM generator fills
+the masked positions by sampling, and the model learns to tell, at every token, whether it is
+the original or the generator's replacement."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lmlab.config import ModelConfig
+from lmlab.model.heads import GENERATOR_SIZES, generator_config
+from lmlab.model.selectors import Positions
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import IGNORE_INDEX, LossSum, targets_at, token_loss_sum
+from lmlab.objectives.mlm import MaskedLM
+from lmlab.objectives.traits import Traits
+
+
+def sample_tokens(logits: Tensor, uniform: Tensor) -> Tensor:
+    """One id per row of `logits` (N, V), drawn from its softmax by inverting the cumulative
+    distribution at `uniform` (N,) in [0, 1): the draw is the batch's, made with the objective's
+    generator, so the model's forward pass needs no randomness of its own."""
+    cumulative = logits.float().softmax(-1).cumsum(-1)  # (N, V)
+    drawn = torch.searchsorted(cumulative, uniform.unsqueeze(-1).to(cumulative.dtype))
+    return drawn.squeeze(-1).clamp(max=logits.shape[-1] - 1)  # rounding at the top end
+
+
+def replaced_labels(original: Tensor, corrupted: Tensor) -> Tensor:
+    """1.0 where the discriminator's input differs from the original text: a sample that
+    happens to equal the original token counts as original (ELECTRA)."""
+    return (corrupted != original).float()
+
+
+class ReplacedTokenDetection(Objective):
+    """Mask as MaskedLM does; a generator (a masked LM `generator_size` of the model: a quarter
+    or half its width, or half its depth; the token embedding shared) predicts each masked
+    token and samples one; the model (the discriminator) reads the text with the samples in
+    place and classifies every token as original or replaced. Loss = generator MLM
+    mean + `weight` (λ = 50) × discriminator BCE mean; the samples pass no gradient.
+
+    Before / after (rate 0.3, 80/10/10 as for mlm; `M` = [MASK], `-` = ignored target):
+
+        tokens    [CLS] the  cat  sat  down [SEP]
+        inputs    [CLS] the  M    sat  M    [SEP]     (the generator's input)
+        targets     -    -   cat   -   down   -       (its targets)
+        sampled   [CLS] the  dog  sat  down [SEP]     (the discriminator's input)
+        replaced    0    0    1    0    0     0       (down drawn back: original)
+
+    Validation reports the generator's masked accuracy (`rtd/accuracy`) and the share of
+    the tokens replaced (`rtd/replaced_fraction`): a generator that never learns replaces
+    almost every masked token with noise the discriminator tells apart trivially.
+    """
+
+    name = "rtd"
+    title = "replaced-token detection (rtd)"
+    # Its step runs the generator, then the model on the generator's samples.
+    two_passes = True
+
+    def __init__(self, masked: MaskedLM, weight: float = 50.0,
+                 generator_size: str = "width/4") -> None:
+        if generator_size not in GENERATOR_SIZES:
+            raise ValueError(f"generator size {generator_size!r} is not one of "
+                             f"{', '.join(GENERATOR_SIZES)}")
+        if not weight > 0:
+            raise ValueError(f"the discriminator's loss weight must be positive, got {weight}")
+        self.masked, self.weight, self.generator_size = masked, weight, generator_size
+        self.special = masked.special
+        self.special.require_all(self.traits.needs, self.title)
+
+    @property
+    def traits(self) -> Traits:
+        # The generator is a masked LM: it fills masks and scores text as one.
+        return Traits(attention="bidirectional", heads=("generator", "rtd"), scoring="pseudo",
+                      fill_mask=("generator", 0), needs=self.masked.traits.needs)
+
+    @property
+    def token_term(self) -> str:
+        return "generator"
+
+    def head_options(self) -> dict[str, dict]:
+        return {"generator": {"size": self.generator_size}, "rtd": {}}
+
+    def for_run(self, total_steps: int) -> ReplacedTokenDetection:
+        fixed = copy.copy(self)
+        fixed.masked = self.masked.for_run(total_steps)
+        return fixed
+
+    def for_evaluation(self) -> ReplacedTokenDetection:
+        return ReplacedTokenDetection(self.masked.for_evaluation(), self.weight,
+                                      self.generator_size)
+
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        """The discriminator projects nothing to the vocabulary; the generator's projection
+        is counted with the generator (`companion_models`)."""
+        return 0.0
+
+    def companion_models(self, cfg: ModelConfig, rows: int,
+                         seq_len: int) -> list[tuple[ModelConfig, float]]:
+        """The generator, projecting at the masked share of positions. Its decoder is as wide
+        as the shared embedding (d, not the generator's width), so the share is scaled by
+        d / generator width for `flops_per_token`'s 6·width·V·share to count 6·d·V·share."""
+        inner = generator_config(cfg, self.generator_size)
+        share = self.masked.predicted_fraction(rows, seq_len)
+        return [(inner, share * cfg.d_model / inner.d_model)]
+
+    def make_batch(self, tokens: Tensor, generator: torch.Generator, step: int = 0) -> Batch:
+        masked = self.masked.make_batch(tokens, generator, step)
+        real = masked.mask.segment_ids > 0 if masked.mask.segment_ids is not None else \
+            torch.ones_like(tokens, dtype=torch.bool)
+        return replace(
+            masked, predict_at={"generator": masked.predict_at[self.masked.head],
+                                "rtd": Positions.where(real)},
+            extras={"original": tokens, "draw": torch.rand(tokens.shape, generator=generator)})
+
+    def outputs(self, model, batch: Batch, unprojected: bool = False) -> dict[str, Tensor]:
+        """The generator's logits at the masked positions (N, V), the discriminator's scores
+        at every real token on the text with the generator's samples in place, and which
+        tokens those samples replaced (B, T)."""
+        at = batch.predict_at["generator"]
+        inputs = batch.model_inputs()
+        logits = model(**{**inputs, "predict_at": {"generator": at}})["generator"]
+        original = batch.extras["original"]
+        sampled = sample_tokens(logits.detach(), at.read(batch.extras["draw"]))
+        corrupted = original.flatten().index_put((at.flat,), sampled).view_as(original)
+        scores = model(**{**inputs, "input_ids": corrupted,
+                          "predict_at": {"rtd": batch.predict_at["rtd"]}})["rtd"]
+        return {"generator": logits, "rtd": scores.squeeze(-1),
+                "replaced": replaced_labels(original, corrupted)}
+
+    def target_counts(self, batch: Batch) -> dict[str, Tensor]:
+        return {"generator": (batch.targets != IGNORE_INDEX).sum(),
+                "discriminator": torch.tensor(batch.predict_at["rtd"].flat.numel())}
+
+    def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
+        at = batch.predict_at["generator"]
+        generator_sum, masked_count = token_loss_sum(outputs["generator"], batch.targets, at)
+        labels = targets_at(outputs["replaced"], batch.predict_at["rtd"])  # (N,)
+        bce = F.binary_cross_entropy_with_logits(outputs["rtd"].float(), labels,
+                                                 reduction="sum")
+        targets = targets_at(batch.targets, at)
+        correct = (outputs["generator"].argmax(-1) == targets).sum()
+        tokens = torch.tensor(labels.numel(), device=labels.device)
+        return LossSum({"generator": (generator_sum, masked_count),
+                        "discriminator": (self.weight * bce, tokens)},
+                       details={"replaced_fraction": (labels.sum(), tokens),
+                                "generator_accuracy": (correct, masked_count)})

@@ -1,0 +1,46 @@
+"""benchmarks/gpu_check.sh, the one prepared GPU check, run end to end in its tiny CPU mode: it
+writes gpu_check.json with the rows the check names, each a median of interleaved repeats,
+lmlab's compile counts and top kernels, and `lmlab pretrain` at its defaults."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ["gpt2-small clm bf16 eager", "gpt2-small clm bf16 compiled",
+        "bert-base mlm bf16 compiled", "lmlab pretrain defaults"]
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
+    env = {**os.environ, "NANOGPT": str(tmp_path / "no-nanogpt")}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out"), "--device",
+         "cpu", "--tiny", "--steps", "1", "--warmup", "2", "--pretrain-seconds", "3"],
+        env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:]
+    results = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert results["device"] and results["torch"] and results["peak_bf16_tflops"] > 0
+    assert results["machine"]["cpu"]
+    assert [row["name"] for row in results["rows"]] == ROWS
+    timed = results["rows"][:3]
+    for row in timed:
+        assert row["repeats"] == 3 and row["ms_per_step"] > 0 and 0 < row["mfu"] < 1
+        assert row["vs_hf"] > 0 and row["vs_nanogpt"] is None
+        assert [len(v) for v in row["ms_per_step_each"].values()] == [3, 3]
+        assert row["tokens_per_s"] == pytest.approx(
+            row["batch_size"] * row["seq_len"] / row["ms_per_step"] * 1000)
+    for row in timed[1:]:
+        assert set(row["compile"]) == {"graphs_first_step", "graph_breaks",
+                                       "recompiles_after_first_step"}
+        assert row["compile"]["graphs_first_step"] >= 1
+    kernels = timed[1]["top_kernels"]
+    assert len(kernels) == 10 and all(k["ms_per_step"] >= 0 for k in kernels)
+    assert sum(k["share"] for k in kernels) <= 1 + 1e-6
+    assert any("nanoGPT" in note for note in results["notes"])
+    pretrain = results["rows"][3]
+    assert pretrain["tokens_per_s"] > 0 and pretrain["log_lines"] >= 1
+    assert pretrain["output_head"]

@@ -1,0 +1,99 @@
+"""Replaced-token detection: the sampling, the loss (generator MLM + λ × discriminator BCE)
+against a hand computation, the generator's shape and sharing, and its FLOP count."""
+
+import math
+
+import pytest
+import torch
+
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.model import LanguageModel
+from lmlab.model.heads import generator_config
+from lmlab.objectives.registry import build_objective
+from lmlab.objectives.rtd import sample_tokens
+from lmlab.presets import preset
+from lmlab.train.flops import flops_per_token, objective_flops_per_token
+
+SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
+
+
+def rtd_batch(seed: int = 0):
+    objective = build_objective("rtd", SPECIAL)
+    generator = torch.Generator().manual_seed(seed)
+    ordinary = SPECIAL.ordinary_ids()
+    tokens = ordinary[torch.randint(len(ordinary), (3, 16), generator=generator)]
+    return objective, objective.make_batch(tokens, generator)
+
+
+def test_sampling_inverts_the_cumulative_distribution():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.5, 0.0]]))
+    # cumulative [0.1, 0.3, 1.0] and [0.5, 1.0, 1.0]
+    assert sample_tokens(logits, torch.tensor([0.05, 0.49])).tolist() == [0, 0]
+    assert sample_tokens(logits, torch.tensor([0.25, 0.51])).tolist() == [1, 1]
+    assert sample_tokens(logits, torch.tensor([0.999, 0.99])).tolist() == [2, 1]
+
+
+def test_sampling_follows_the_distribution():
+    logits = torch.log(torch.tensor([[0.2, 0.3, 0.5]])).expand(20_000, 3)
+    drawn = sample_tokens(logits, torch.rand(20_000, generator=torch.Generator().manual_seed(1)))
+    shares = torch.bincount(drawn, minlength=3) / 20_000
+    assert torch.allclose(shares, torch.tensor([0.2, 0.3, 0.5]), atol=0.015)
+
+
+def test_loss_is_generator_mean_plus_lambda_times_bce_mean():
+    objective, batch = rtd_batch()
+    masked = batch.predict_at["generator"].flat
+    real = batch.predict_at["rtd"].flat
+    torch.manual_seed(0)
+    outputs = {"generator": torch.randn(len(masked), 64), "rtd": torch.randn(len(real)),
+               "replaced": (torch.rand(3, 16) < 0.2).float()}
+    loss = objective.loss(outputs, batch)
+    targets = batch.targets.flatten()[masked]
+    log_probs = outputs["generator"].log_softmax(-1)
+    mlm = -sum(log_probs[i, t] for i, t in enumerate(targets.tolist())) / len(masked)
+    bce = 0.0
+    for score, label in zip(outputs["rtd"].tolist(),
+                            outputs["replaced"].flatten()[real].tolist(), strict=True):
+        p = 1 / (1 + math.exp(-score))
+        bce -= label * math.log(p) + (1 - label) * math.log(1 - p)
+    expected = float(mlm) + 50.0 * bce / len(real)
+    assert float(loss.mean()) == pytest.approx(expected, rel=1e-5)
+    replaced, tokens = loss.details["replaced_fraction"]
+    assert int(tokens) == len(real) and float(replaced) == outputs["replaced"].sum()
+
+
+def test_a_step_trains_generator_and_discriminator_with_one_shared_embedding():
+    objective, batch = rtd_batch()
+    cfg = preset("bert-tiny", 64, 16)
+    model = LanguageModel(cfg, heads=objective.build_heads(cfg))
+    generator = model.heads["generator"]
+    assert generator.decoder.weight is model.backbone.token_embedding.weight
+    assert generator.encoder.token_embedding[0].weight is model.backbone.token_embedding.weight
+    outputs = objective.outputs(model, batch)
+    replaced = outputs["replaced"].bool()
+    selected = batch.targets != -100
+    assert not (replaced & ~selected).any()  # only masked positions are ever replaced
+    objective.loss(outputs, batch).mean().backward()
+    for part in (generator.encoder.blocks[0], model.backbone.blocks[0], model.heads["rtd"]):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
+
+
+@pytest.mark.parametrize("size, layers, width, heads", [
+    ("width/4", 2, 16, 1), ("width/2", 2, 32, 1), ("depth/2", 1, 64, 2)])
+def test_generator_sizes(size, layers, width, heads):
+    inner = generator_config(preset("bert-tiny", 64, 16), size)
+    assert (inner.n_layers, inner.d_model, inner.n_heads) == (layers, width, heads)
+
+
+def test_flops_count_the_generator():
+    objective = build_objective("rtd", SPECIAL)
+    cfg = preset("bert-mini", 64, 128)
+    inner = generator_config(cfg, "width/4")
+    counted = objective_flops_per_token(cfg, 128, objective, 8)
+    generator = flops_per_token(inner, 128, 0.0) + 6 * cfg.d_model * 64 * 0.15
+    assert counted == pytest.approx(flops_per_token(cfg, 128, 0.0) + generator)
+
+
+def test_rtd_cannot_share_a_step():
+    with pytest.raises(ValueError, match="cannot share steps"):
+        build_objective("mix:rtd=1,mlm=1", SPECIAL)
