@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of
@@ -30,10 +31,24 @@ class Target:
     config: dict = field(default_factory=dict)  # what the class adds to config.json
     # model → HF-named weights, where the family's table alone does not give them (ELECTRA)
     weights: Callable | None = None
+    # what the format writes beside the model (sentence-transformers: pooling, normalize)
+    settings: dict = field(default_factory=dict)
 
     @property
     def causal(self) -> bool:
         return self.family not in ENCODERS
+
+
+@dataclass(frozen=True)
+class Format:
+    """One export format (lmlab.export.formats): the class a run becomes, refusing before
+    anything is written; the writer into a staging folder, returning the check's largest
+    difference (None: not checked); that difference's bound; the options it takes."""
+
+    target: Callable[..., Target]
+    write: Callable[[Run, Target, Path, bool], float | None]
+    tolerance: float
+    options: tuple[str, ...] = ()
 
 
 # The families whose Hugging Face classes read bidirectionally; the others read causally.
