@@ -27,6 +27,22 @@ CHUNK_BYTES = 8 * 2**20
 ACCELERATOR_CHUNK_BYTES = 512 * 2**20
 
 
+# The whole-logits loss of a compiled GPU step (lmlab/train/step.py) holds, per logit, about
+# the bf16 logits kept for the backward pass, the fp32 gradient and its bf16 copy; it runs when
+# they take at most this share of the device's free memory, else the chunked loss does.
+WHOLE_LOGIT_BYTES = 12
+WHOLE_LOGITS_SHARE = 0.5
+
+
+def whole_logits_fit(rows: int, vocab: int, device: torch.device) -> bool:
+    """Whether a (rows, vocab) logits loss fits the device's free memory (WHOLE_LOGITS_SHARE);
+    off CUDA, where the whole-logits loss runs only when a test forces it, always."""
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    return rows * vocab * WHOLE_LOGIT_BYTES <= WHOLE_LOGITS_SHARE * free
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, features: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,

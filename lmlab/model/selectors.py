@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
+
 
 class Selector:
     """One tensor saying what a head reads; subclasses are frozen dataclasses of that tensor."""
@@ -56,7 +58,8 @@ def _within(index: Tensor, first: int, last: int) -> Tensor:
 
 @dataclass(frozen=True)
 class Positions(Selector):
-    """The tokens a token head reads, as flat indices into B·T (N,), in order."""
+    """The tokens a token head reads, as flat indices into B·T (N,), in order; padded to a
+    fixed N for a compiled step (`padded`), with -1 entries at the end."""
 
     flat: Tensor
 
@@ -77,11 +80,26 @@ class Positions(Selector):
         return self.map(lambda flat: _within(flat, start * length, stop * length))
 
     def shifted(self, rows: int, length: int) -> Positions:
-        return self.map(lambda flat: flat + rows * length)
+        return self.map(lambda flat: torch.where(flat >= 0, flat + rows * length, flat))
+
+    def padded(self, size: int) -> Positions:
+        """The same positions followed by -1 entries up to `size` (unchanged when it holds
+        that many already): a compiled step sees one shape whatever the count (cramming's
+        exact-count masking, by padding instead)."""
+        missing = size - self.flat.shape[0]
+        if missing <= 0:
+            return self
+        return Positions(torch.cat([self.flat, self.flat.new_full((missing,), -1)]))
 
     def read(self, hidden: Tensor) -> Tensor:
-        """(B, T, ...) → (N, ...): also picks a (B, T) tensor of targets."""
-        return hidden.flatten(0, 1)[self.flat]
+        """(B, T, ...) → (N, ...): also picks a (B, T) tensor of targets. A padding entry
+        reads IGNORE_INDEX from an integer tensor (targets), and the last position from any
+        other (computed, never scored)."""
+        picked = hidden.flatten(0, 1)[self.flat]
+        if hidden.is_floating_point():
+            return picked
+        padding = (self.flat < 0).view(-1, *(1,) * (picked.ndim - 1))
+        return picked.masked_fill(padding, IGNORE_INDEX)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,13 @@ class Objective:
         carries one. Each objective counts its own."""
         raise NotImplementedError
 
+    def target_bound(self, rows: int, seq_len: int) -> int | None:
+        """At most how many positions a head of a (rows, seq_len) micro-batch reads: what a
+        compiled step pads `Positions` to, so that one graph serves every batch. Every
+        position, unless the objective knows better; None where padding cannot be read
+        (positions used beyond a head's reading)."""
+        return rows * seq_len
+
     # Whether its batches name their target positions in `predict_at`, so that the head, and
     # with one head the model's last block past attention, run there only (LanguageModel).
     predicts_at_targets = False

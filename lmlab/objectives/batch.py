@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from lmlab.model.masks import MaskSpec
-from lmlab.model.selectors import Selector
+from lmlab.model.selectors import Positions, Selector
 
 
 @dataclass
@@ -49,6 +49,19 @@ class Batch:
             extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
             host_facts=self.host_facts,
         )
+
+    def with_positions_padded(self, bound: int) -> Batch:
+        """The batch with each head's `Positions` padded to `bound` entries (to every
+        position in the rare batch that holds more), so that a compiled step sees one shape:
+        padding reads no target. A head that reads nothing stays so."""
+        every = self.input_ids.numel()
+
+        def pad(at: Selector | None) -> Selector | None:
+            if not isinstance(at, Positions) or not at.flat.numel():
+                return at
+            return at.padded(bound if at.flat.numel() <= bound else every)
+
+        return replace(self, predict_at={head: pad(at) for head, at in self.predict_at.items()})
 
     def token_count(self) -> int:
         """Tokens in the batch, padding left out."""

@@ -105,6 +105,11 @@ class Mixture(Objective):
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_rows(rows, lambda o, count: o.predicted_fraction(count, seq_len))
 
+    def target_bound(self, rows: int, seq_len: int) -> int | None:
+        bounds = [o.target_bound(count, seq_len) for o, count in zip(
+            self.objectives, rows_per_objective(rows, self.weights), strict=True)]
+        return None if None in bounds else sum(bounds)
+
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """With one head (GPT-BERT's clm + mntp), the parts' positions reach it as one set,
         where the last block runs; with several, it runs everywhere."""
@@ -187,6 +192,12 @@ def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) ->
     return result
 
 
+def largest_bound(bounds: list[int | None]) -> int | None:
+    """A composite's padding, whichever of its parts trains: the largest of theirs, or none
+    if a part is not padded."""
+    return None if None in bounds else max(bounds)
+
+
 def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
     """The steps each of `parts` objectives trains in a run of `total_steps` that switches
     every `every_steps`: whole turns, then the last, cut short by the run's end."""
@@ -219,6 +230,9 @@ class Alternating(Objective):
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def target_bound(self, rows: int, seq_len: int) -> int | None:
+        return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle ones at no position), so with several heads

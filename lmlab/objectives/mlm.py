@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -96,6 +97,18 @@ class MaskedLM(Objective):
         """The masking rate, for a schedule its value at the run's end; the few special tokens
         (never selected) are not discounted."""
         return self.rate.end if isinstance(self.rate, LinearRate) else self.rate
+
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        """The expected count at the highest rate plus 8 standard deviations of a binomial
+        draw, rounded up to 64 (a batch beyond it, about never, is padded to every position);
+        whole words vary more, so for them every position."""
+        positions = rows * seq_len
+        if self.whole_word:
+            return positions
+        rates = (self.rate.start, self.rate.end) if isinstance(self.rate, LinearRate) \
+            else (self.rate,)
+        mean = positions * max(rates)
+        return min(positions, math.ceil((mean + 8 * math.sqrt(mean) + 1) / 64) * 64)
 
     def for_run(self, total_steps: int) -> MaskedLM:
         if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:

@@ -79,6 +79,9 @@ class MaskedLMWithNSP(Objective):
     def for_evaluation(self) -> MaskedLMWithNSP:
         return MaskedLMWithNSP(self.mlm.for_evaluation())
 
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        return self.mlm.target_bound(rows, seq_len)
+
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         """The masked LM's share. The NSP head (a d×d pooler and a two-way classifier at one
         position per row) adds 6·(d² + 2d) / seq_len FLOPs per token, negligible beside a

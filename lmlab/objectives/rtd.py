@@ -99,6 +99,11 @@ class ReplacedTokenDetection(Objective):
         is counted with the generator (`companion_models`)."""
         return 0.0
 
+    def target_bound(self, rows: int, seq_len: int) -> None:
+        """Not padded: its positions also place the generator's samples and count the
+        discriminator's targets, which padding would falsify."""
+        return None
+
     def companion_models(self, cfg: ModelConfig, rows: int,
                          seq_len: int) -> list[tuple[ModelConfig, float]]:
         """The generator, projecting at the masked share of positions. Its decoder is as wide

@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lmlab.objectives.base import Objective
-from lmlab.objectives.mixture import part_batch, part_loss, part_target_counts, weighted_by_steps
+from lmlab.objectives.mixture import (
+    largest_bound,
+    part_batch,
+    part_loss,
+    part_target_counts,
+    weighted_by_steps,
+)
 
 
 def switch_step(fraction: float, total_steps: int) -> int:
@@ -60,6 +66,9 @@ class Then(Objective):
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def target_bound(self, rows: int, seq_len: int) -> int | None:
+        return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle one at no position), so with two heads the

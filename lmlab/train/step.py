@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.kernels.linear_cross_entropy import whole_logits_fit
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import to_device
@@ -32,16 +33,44 @@ class StepResult:
     skipped: Tensor  # 1.0 when the step was skipped as not finite: nothing changed
 
 
-def forward_loss(model, objective, compile_model: bool):
-    """batch → LossSum. Vocabulary heads hand their features to the fused, chunked
-    projection + cross-entropy (lmlab/kernels/linear_cross_entropy.py), so full logits are never
-    materialised. With `compile_model` the model is compiled as one graph and the loss stays
-    eager: as fast as inductor's own fusion of projection and log-softmax (measured, bf16 on
-    2 cores), and it never holds the logits."""
+def forward_loss(model, objective, compile_model: bool, one_graph: bool | None = None):
+    """batch → LossSum, in one of two forms.
+
+    Chunked (the CPU's, and the default off CUDA): vocabulary heads hand their features to the
+    fused, chunked projection + cross-entropy (lmlab/kernels/linear_cross_entropy.py), so full
+    logits are never materialised; compiled, the model is one graph and the loss stays eager
+    (as fast as inductor's own fusion of projection and log-softmax, measured, bf16 on 2
+    cores). One graph (`one_graph`; by default compiled on one CUDA GPU): the heads' logits in
+    one product and a plain cross-entropy, compiled with the model into one graph, wherever
+    the logits fit the device's free memory (`whole_logits_fit`), else chunked.
+
+    Compiled, each head's `Positions` is padded to the objective's `target_bound`, so batches
+    whose target counts differ (masked LM) share one graph."""
+    inner = getattr(model, "module", model)  # under DDP, the model it wraps
+    device = next(inner.parameters()).device
+    if one_graph is None:
+        one_graph = compile_model and device.type == "cuda" and inner is model
     forward = torch.compile(model) if compile_model else model
 
-    def run(batch) -> LossSum:
+    def chunked(batch) -> LossSum:
         return objective.loss(objective.outputs(forward, batch, unprojected=True), batch)
+
+    def whole(batch) -> LossSum:
+        return objective.loss(objective.outputs(model, batch), batch)
+
+    whole_graph = torch.compile(whole) if compile_model and one_graph else whole
+    bound = objective.target_bound if compile_model and isinstance(objective, Objective) \
+        else None
+    fits: dict[int, bool] = {}  # by rows: free memory is read once per shape
+
+    def run(batch) -> LossSum:
+        padded_to = None if bound is None else bound(*batch.input_ids.shape)
+        if padded_to is not None:
+            batch = batch.with_positions_padded(padded_to)
+        rows = batch.input_ids.numel()
+        if one_graph and rows not in fits:
+            fits[rows] = whole_logits_fit(rows, inner.cfg.vocab_size, device)
+        return whole_graph(batch) if one_graph and fits[rows] else chunked(batch)
 
     return run
 
