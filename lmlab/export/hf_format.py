@@ -19,8 +19,10 @@ def transformers_installed() -> bool:
 
 
 def write(run: Run, target: Target, staging: Path, check: bool) -> float | None:
-    write_hf_directory(run, target, staging, framed=not target.causal,
-                       pair_framed=run.task is not None or run.objective.framing == "pair")
+    # A fine-tuned run reads rows as lmlab's encoder frames them, whatever its attention.
+    fine_tuned = run.task is not None
+    write_hf_directory(run, target, staging, framed=not target.causal or fine_tuned,
+                       pair_framed=fine_tuned or run.objective.framing == "pair")
     if not (check and transformers_installed()):
         return None
     from lmlab.export.check import max_difference

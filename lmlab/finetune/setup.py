@@ -10,6 +10,7 @@ and plots.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
-from lmlab.finetune.traits import TASKS
+from lmlab.finetune.traits import TASKS, task_refusal
 from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, make_head
 from lmlab.model.selectors import Pooling
@@ -126,6 +127,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
         print(_description(source, cfg, task, len(train_rows), pretrained))
+        _note_export(pretrained, cfg.task)
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -198,6 +200,19 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
             f"{train_rows} training rows")
+
+
+def _note_export(pretrained: Run, task: str) -> None:
+    """Say before training when the fine-tuned run will not export to Hugging Face."""
+    from lmlab.export.hf import family_of
+
+    try:
+        family = family_of(pretrained.model.cfg)
+    except ValueError:
+        return  # no Hugging Face family at all; lmlab export says so
+    if family not in TASKS[task].hf_classes:
+        print(f"note: lmlab export will refuse this run: {task_refusal(task, family)}",
+              file=sys.stderr)
 
 
 def _summary(results: dict, metric: str) -> str:
