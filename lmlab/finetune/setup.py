@@ -10,7 +10,6 @@ and plots.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -127,7 +126,6 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
         print(_description(source, cfg, task, len(train_rows), pretrained))
-        _note_export(pretrained, cfg.task)
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -199,20 +197,21 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
-            f"{train_rows} training rows")
+            f"{train_rows} training rows" + _export_note(pretrained, cfg.task))
 
 
-def _note_export(pretrained: Run, task: str) -> None:
-    """Say before training when the fine-tuned run will not export to Hugging Face."""
+def _export_note(pretrained: Run, task: str) -> str:
+    """A line saying, before training, that the fine-tuned run will not export to Hugging
+    Face and what would; empty when it will."""
     from lmlab.export.hf import family_of
 
     try:
         family = family_of(pretrained.model.cfg)
     except ValueError:
-        return  # no Hugging Face family at all; lmlab export says so
-    if family not in TASKS[task].hf_classes:
-        print(f"note: lmlab export will refuse this run: {task_refusal(task, family)}",
-              file=sys.stderr)
+        return ""  # no Hugging Face family at all; lmlab export says so
+    if family in TASKS[task].hf_classes:
+        return ""
+    return f"\nnote: lmlab export will refuse this run: {task_refusal(task, family)}"
 
 
 def _summary(results: dict, metric: str) -> str:
