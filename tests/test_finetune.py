@@ -122,6 +122,8 @@ def test_a_causal_run_keeps_causal_attention_and_pools_its_last_token(runs, sent
                               *FAST)
     assert code == 0
     assert "causal attention, last pooling" in stdout
+    # said before training: GPT2ForSequenceClassification has no tanh pooler
+    assert stdout.index("note: lmlab export will refuse this run") < stdout.index("best valid")
     run = load_run(tmp_path / "ft")
     assert set(run.model.heads) == {"classify"}
 

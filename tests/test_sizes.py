@@ -9,7 +9,7 @@ MODULE_LINES = 350
 FUNCTION_LINES = 50  # from `def` to the last line, docstring included
 # Each still over its limit, named so the list can only shrink.
 LONG_MODULES = {
-    "lmlab.data.readers", "lmlab.export.hf", "lmlab.finetune.readers",
+    "lmlab.data.readers", "lmlab.finetune.readers",
 }
 LONG_FUNCTIONS = {
     "lmlab.commands.prepare.add_prepare_command", "lmlab.compare.commands.add_compare_command",

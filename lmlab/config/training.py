@@ -11,6 +11,7 @@ Parsing (defaults → a YAML or TOML file → command-line overrides) is generic
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -37,13 +38,30 @@ def trackers_named(report_to: str | None) -> tuple[str, ...]:
     return names
 
 
+# The module each tracker imports to start; importing it is the check that it works.
+TRACKER_MODULES = {"tensorboard": "torch.utils.tensorboard", "mlflow": "mlflow.tracking",
+                   "trackio": "trackio", "wandb": "wandb"}
+
+
 def require_trackers(report_to: str | None) -> tuple[str, ...]:
     """The trackers `report_to` names, each refused in one line, before anything is written,
-    when its package is missing."""
+    when its package is missing or installed but broken (it fails to import)."""
     names = trackers_named(report_to)
     for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
         require_extra(name, name, f"--report-to {name}")
+        try:
+            importlib.import_module(TRACKER_MODULES[name])
+        except Exception as error:  # whatever a broken package raises, it is one line
+            raise ValueError(f"--report-to {name}: the installed {name} package fails to "
+                             f"import ({_first_line(error)}); reinstall it with pip install "
+                             f"--force-reinstall 'lmlab[{name}]', or leave out --report-to "
+                             f"{name}") from None
     return names
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 Optimizer = Literal["auto", "adamw", "muon"]

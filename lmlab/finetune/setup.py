@@ -23,7 +23,7 @@ from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
-from lmlab.finetune.traits import TASKS
+from lmlab.finetune.traits import TASKS, task_refusal
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import HEADS, make_head
@@ -107,12 +107,12 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
-    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
     task = make_task(cfg, splits.labels)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
@@ -192,7 +192,21 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
-            f"{train_rows} training rows")
+            f"{train_rows} training rows" + _export_note(pretrained, cfg.task))
+
+
+def _export_note(pretrained: Run, task: str) -> str:
+    """A line saying, before training, that the fine-tuned run will not export to Hugging
+    Face and what would; empty when it will."""
+    from lmlab.export.hf import family_of
+
+    try:
+        family = family_of(pretrained.model.cfg)
+    except ValueError:
+        return ""  # no Hugging Face family at all; lmlab export says so
+    if family in TASKS[task].hf_classes:
+        return ""
+    return f"\nnote: lmlab export will refuse this run: {task_refusal(task, family)}"
 
 
 def _summary(results: dict, metric: str) -> str:
