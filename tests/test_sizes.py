@@ -12,7 +12,7 @@ LONG_MODULES = {
     "lmlab.data.readers", "lmlab.finetune.readers",
 }
 LONG_FUNCTIONS = {
-    "lmlab.commands.prepare.add_prepare_command", "lmlab.compare.commands.add_compare_command",
+    "lmlab.commands.prepare.add_prepare_command", "lmlab.commands.compare.add_compare_command",
     "lmlab.eval.scoring.score_documents",
     "lmlab.infer.decoding.decode", "lmlab.kernels.linear_cross_entropy.forward",
 }
