@@ -15,13 +15,13 @@ from torch import Tensor
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.kernels import attention
 from lmlab.kernels.linear_cross_entropy import whole_logits_fit
+from lmlab.kernels.precision import autocast
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch, to_device
 from lmlab.objectives.losses import LossSum
 from lmlab.train import distributed
 from lmlab.train.optim import Optimizers
-from lmlab.train.precision import autocast
 
 
 @dataclass
