@@ -7,6 +7,7 @@ import signal
 import sys
 
 from lmlab.command_line import HelpFormatter, unknown_option_message
+from lmlab.commands.distill import add_distill_command
 from lmlab.commands.prepare import add_prepare_command
 from lmlab.commands.pretrain import add_pretrain_command
 from lmlab.compare.commands import add_compare_commands
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_command(commands)
     add_infer_commands(commands)
     add_finetune_commands(commands)
+    add_distill_command(commands)
     add_export_commands(commands)
     add_compare_commands(commands)
     add_serve_command(commands)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.train.config import TrainConfig
 from lmlab.train.pace import Pace, duration
 from lmlab.train.pretrain import pretrain
 

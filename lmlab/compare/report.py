@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmlab.atomic import write_text_atomic
+from lmlab.atomic import hash_file, write_text_atomic
 from lmlab.compare.analysis import Analysis, Row
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
@@ -29,9 +29,7 @@ def file_digest(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(path.name.encode())
-        with open(path, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
+        hash_file(digest, path)
     return digest.hexdigest()
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
+from lmlab.config.training import LoopConfig
 from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
-from lmlab.train.config import LoopConfig
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 
@@ -81,9 +81,15 @@ class FinetuneConfig(LoopConfig):
                                                     "each validation's new best and the end")
     log_every: int = documented(10, "steps between log lines in metrics.jsonl")
 
+    @property
+    def reads_task_files(self) -> bool:
+        """Whether it trains on --train and scores --validation (distillation from raw text
+        does not)."""
+        return True
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.train is None or self.validation is None:
+        if self.reads_task_files and (self.train is None or self.validation is None):
             raise ValueError("fine-tuning needs --train and --validation files")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")

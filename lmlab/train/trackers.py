@@ -10,17 +10,15 @@ one stream per run directory, drop the steps that are redone).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Protocol
 
-from lmlab.extras import require_extra
+from lmlab.config.training import trackers_named
 from lmlab.runs.layout import CONFIG
 from lmlab.runs.schema import read_run_config
-from lmlab.train.config import trackers_named
 
 PROJECT = "lmlab"  # MLflow's experiment, Trackio's and W&B's project, unless set otherwise
 
@@ -33,37 +31,11 @@ class Tracker(Protocol):
         """The end of the run (its curves, when they were drawn)."""
 
 
-# The module each tracker imports to start; importing it is the check that it works.
-TRACKER_MODULES = {"tensorboard": "torch.utils.tensorboard", "mlflow": "mlflow.tracking",
-                   "trackio": "trackio", "wandb": "wandb"}
-
-
-def require_trackers(report_to: str | None) -> tuple[str, ...]:
-    """The trackers `report_to` names, each refused in one line, before anything is written,
-    when its package is missing or installed but broken (it fails to import)."""
-    names = trackers_named(report_to)
-    for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
-        require_extra(name, name, f"--report-to {name}")
-        try:
-            importlib.import_module(TRACKER_MODULES[name])
-        except Exception as error:  # whatever a broken package raises, it is one line
-            raise ValueError(f"--report-to {name}: the installed {name} package fails to "
-                             f"import ({_first_line(error)}); reinstall it with pip install "
-                             f"--force-reinstall 'lmlab[{name}]', or leave out --report-to "
-                             f"{name}") from None
-    return names
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def open_trackers(report_to: str | None, run_dir: Path, resumed_at: int) -> list[Tracker]:
     """A tracker per name in `report_to` for the run in `run_dir` (its config.json written),
     which resumes after step `resumed_at` (0: a new run)."""
     run_dir = Path(run_dir)
-    names = require_trackers(report_to)
+    names = trackers_named(report_to)  # checked, packages too, when the config was made
     config = read_run_config(run_dir / CONFIG).to_json() if names else {}
     return [SINKS[name](run_dir, config, resumed_at) for name in names]
 
