@@ -61,3 +61,10 @@ def test_fine_tuning_with_balanced_weights_records_them(tmp_path, capsys):
                  "--class-weights", "balanced"]) == 0
     saved = json.loads((tmp_path / "ft" / "config.json").read_text())
     assert saved["train"]["class_weights"] == "balanced"
+
+
+def test_distillation_refuses_class_weights_it_would_not_use():
+    from lmlab.distill.config import DistillConfig
+
+    with pytest.raises(ValueError, match="--class-weights is for lmlab finetune"):
+        DistillConfig(train="t", validation="v", layers=2, class_weights="balanced")

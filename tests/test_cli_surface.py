@@ -18,7 +18,7 @@ SURFACE = {
                 "--probe-epochs", "--probe-lr", "--probe-seeds", "--report-to", "--seeds",
                 "--seq-len", "--workers"],
     "distill": ["--activation-checkpointing", "--batch-size", "--beta2", "--checkpoint-every",
-                "--compile", "--config", "--data", "--distributed", "--dropout",
+                "--class-weights", "--compile", "--config", "--data", "--distributed", "--dropout",
                 "--embedding-lr-scale", "--epochs", "--eval-every", "--grad-clip",
                 "--hard-weight", "--help", "--imitate", "--keep-last", "--label-column",
                 "--layers", "--log-every", "--lr", "--lr-floor",
