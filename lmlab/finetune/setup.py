@@ -109,12 +109,12 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
-    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
     task = make_task(cfg, splits.labels, splits.train)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
