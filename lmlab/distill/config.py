@@ -38,5 +38,8 @@ class DistillConfig(FinetuneConfig):
         if (self.layers is None) == (self.student is None):
             raise ValueError("give the student as --layers N (cut from the teacher) or "
                              "--student PRESET, one of them")
+        if self.class_weights != "none":  # the soft labels carry the teacher's balance
+            raise ValueError("--class-weights is for lmlab finetune; a student learns the "
+                             "teacher's scores")
         if not self.temperature > 0 or self.hard_weight < 0:
             raise ValueError("--temperature must be positive and --hard-weight at least 0")
