@@ -77,7 +77,7 @@ def _run_for(process: subprocess.Popen, metrics: Path, seconds: float) -> list[d
 
 
 def _train_records(metrics: Path) -> list[dict]:
-    from lmlab.train.metrics import read_metrics
+    from lmlab.runs.metrics import read_metrics
 
     return [r for r in read_metrics(metrics.parent)
             if r.get("kind") == "train" and "tokens_per_second" in r]

@@ -33,6 +33,11 @@ def tiny_tokenizer(family: str, n_sentinels: int = 0):
                            kind=TOKENIZER_KINDS[family])
 
 
+def sentinels_for(objective: str) -> int:
+    """Span corruption's sentinel tokens, for an objective that uses it."""
+    return 4 if "span" in objective else 0
+
+
 def save_run(out: Path, model: LanguageModel, tokenizer, config: dict) -> Path:
     out.mkdir(parents=True)
     (out / "config.json").write_text(json.dumps({"model": model.cfg.to_dict(), **config}))
@@ -45,7 +50,7 @@ def save_run(out: Path, model: LanguageModel, tokenizer, config: dict) -> Path:
 def pretrained_run(out: Path, family: str, objective: str, seed: int = 0,
                    **overrides) -> Path:
     """A run as `lmlab pretrain` leaves it, with the heads `objective` trains."""
-    tokenizer = tiny_tokenizer(family)
+    tokenizer = tiny_tokenizer(family, sentinels_for(objective))
     cfg = preset(f"{family}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64,
                  dropout=0.0, **overrides)
     heads = build_objective(objective, special_tokens_of(tokenizer)).heads
@@ -54,9 +59,11 @@ def pretrained_run(out: Path, family: str, objective: str, seed: int = 0,
 
 
 def finetuned_run(out: Path, task: str, labels: list | None = None, pooling: str = "cls",
-                  attention: str = "bidirectional", family: str = "bert", seed: int = 0) -> Path:
-    """A run as `lmlab finetune` leaves it: a task head on a pre-trained backbone."""
-    tokenizer = tiny_tokenizer(family)
+                  attention: str = "bidirectional", family: str = "bert", seed: int = 0,
+                  objective: str | None = None) -> Path:
+    """A run as `lmlab finetune` leaves it: a task head on a backbone pre-trained with
+    `objective` (default: the family's own, PRETRAINED_WITH)."""
+    tokenizer = tiny_tokenizer(family, sentinels_for(objective or ""))
     cfg = preset(f"{family}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64,
                  dropout=0.0)
     labels = labels or []
@@ -67,7 +74,7 @@ def finetuned_run(out: Path, task: str, labels: list | None = None, pooling: str
                      "qa": ("span", {})}[task]
     model = jitter(LanguageModel(cfg, {head: make_head(head, cfg, **options)}), seed)
     config = {"train": {"task": task, "attention": attention, "pooling": pooling},
-              "pretraining": {"objective": PRETRAINED_WITH[family]},
+              "pretraining": {"objective": objective or PRETRAINED_WITH[family]},
               "task": {"name": task, "labels": labels}, "heads": {head: options}}
     return save_run(out, model, tokenizer, config)
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.runs.run import load_run
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast", "Paris",
@@ -122,6 +122,8 @@ def test_a_causal_run_keeps_causal_attention_and_pools_its_last_token(runs, sent
                               *FAST)
     assert code == 0
     assert "causal attention, last pooling" in stdout
+    # said before training: GPT2ForSequenceClassification has no tanh pooler
+    assert stdout.index("note: lmlab export will refuse this run") < stdout.index("best valid")
     run = load_run(tmp_path / "ft")
     assert set(run.model.heads) == {"classify"}
 

@@ -75,7 +75,7 @@ def hf_outputs(model, target: Target, ids: Tensor, attention_mask: Tensor) -> Te
     found = model(input_ids=ids, attention_mask=attention_mask)
     real = attention_mask.bool()
     kind = target.architecture.partition("For")[2]
-    if kind == "PreTraining":
+    if target.architecture == "BertForPreTraining":  # ELECTRA's PreTraining has one output
         outputs = [found.prediction_logits[real], found.seq_relationship_logits]
     elif kind == "SequenceClassification":
         outputs = [found.logits]

@@ -8,21 +8,37 @@ from pathlib import Path
 
 from lmlab.command_line import add_command, add_run_arguments
 
+# The names of lmlab.export.formats.FORMATS, kept here so the parser needs no torch.
+FORMAT_NAMES = ("hf", "sentence-transformers", "gguf")
+
 
 def add_export_commands(commands: argparse._SubParsersAction) -> None:
     parser = add_command(
-        commands, "export", help="write a run as a Hugging Face model directory",
+        commands, "export", help="write a run as a Hugging Face, sentence-transformers or "
+                                 "GGUF model",
         handler=export_command,
-        description="Write a run (pre-trained or fine-tuned) as a directory that transformers "
-                    "loads with its Auto classes and pipelines: config.json, model.safetensors, "
-                    "the tokenizer files, and generation_config.json for causal models. The "
-                    "directory is then loaded back with transformers (when installed) and its "
-                    "outputs compared with the run's.")
+        description="Write a run (pre-trained or fine-tuned) in a format other tools load: "
+                    "hf, a directory transformers loads with its Auto classes and pipelines; "
+                    "sentence-transformers, that directory with the modules that pool as "
+                    "lmlab embed does; gguf, one file for llama.cpp and Ollama (causal runs). "
+                    "The export is then loaded back with the tool it is for (when installed) "
+                    "and its outputs compared with the run's.")
     add_run_arguments(parser)
     parser.add_argument("--out", type=Path, required=True,
-                        help="the directory to write (new, empty, or an earlier export)")
+                        help="the directory to write (new, empty, or an earlier export); a "
+                             "gguf export writes model.gguf in it")
+    parser.add_argument("--format", choices=FORMAT_NAMES, default="hf",
+                        help="hf (default), sentence-transformers or gguf")
+    parser.add_argument("--pooling", choices=("mean", "mean-all", "cls"), default=None,
+                        help="sentence-transformers: how to pool (default: as lmlab embed "
+                             "pools the run)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="sentence-transformers: scale embeddings to unit length "
+                             "(default: as lmlab embed does for the run)")
+    parser.add_argument("--dtype", choices=("f32", "f16"), default=None,
+                        help="gguf: the weights' type (default f16; norms stay f32)")
     parser.add_argument("--no-check", action="store_true",
-                        help="skip loading the export back with transformers")
+                        help="skip loading the export back with the tool it is for")
 
     parser = add_command(
         commands, "import", help="turn a Hugging Face model into an lmlab run",
@@ -41,12 +57,15 @@ def export_command(args: argparse.Namespace) -> int:
     from lmlab.export.writer import export_run
     from lmlab.runs.run import load_run
 
+    options = {name: getattr(args, name) for name in ("pooling", "normalize", "dtype")
+               if getattr(args, name) is not None}
     run = load_run(args.run_dir, args.checkpoint, args.device)
-    exported = export_run(run, args.out, check=not args.no_check)
+    exported = export_run(run, args.out, check=not args.no_check, format=args.format,
+                          **options)
     checked = ("not checked" if exported.max_difference is None else
-               f"checked with transformers: max |difference| {exported.max_difference:.1e}")
-    print(f"exported {args.run_dir} as {exported.target.architecture} to {exported.out} "
-          f"({checked})")
+               f"checked: max |difference| {exported.max_difference:.1e}")
+    print(f"exported {args.run_dir} as {exported.target.architecture} ({args.format}) to "
+          f"{exported.out} ({checked})")
     return 0
 
 

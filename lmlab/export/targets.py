@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
-from lmlab.export.hf import family_of
-from lmlab.finetune.traits import TASKS
+from lmlab.export.hf import family_of, to_hf_state_dict
+from lmlab.finetune.traits import TASKS, task_refusal
 from lmlab.runs import Run
 from lmlab.runs.schema import RunTask
 
@@ -30,10 +31,24 @@ class Target:
     config: dict = field(default_factory=dict)  # what the class adds to config.json
     # model → HF-named weights, where the family's table alone does not give them (ELECTRA)
     weights: Callable | None = None
+    # what the format writes beside the model (sentence-transformers: pooling, normalize)
+    settings: dict = field(default_factory=dict)
 
     @property
     def causal(self) -> bool:
         return self.family not in ENCODERS
+
+
+@dataclass(frozen=True)
+class Format:
+    """One export format (lmlab.export.formats): the class a run becomes, refusing before
+    anything is written; the writer into a staging folder, returning the check's largest
+    difference (None: not checked); that difference's bound; the options it takes."""
+
+    target: Callable[..., Target]
+    write: Callable[[Run, Target, Path, bool], float | None]
+    tolerance: float
+    options: tuple[str, ...] = ()
 
 
 # The families whose Hugging Face classes read bidirectionally; the others read causally.
@@ -67,8 +82,9 @@ def export_target(run: Run) -> Target:
     _check_reading(run, family)
     heads = tuple(sorted(run.model.heads))
     if run.task is not None:
-        return Target(family, _task_class(run.task, family), heads,
-                      _task_config(run.task, family))
+        architecture = _task_class(run.task, family)
+        return Target(family, architecture, heads, _task_config(run.task, family),
+                      _task_weights(family, architecture))
     if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
         return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
                       electra_weights)
@@ -80,9 +96,16 @@ def export_target(run: Run) -> Target:
 def _task_class(task: RunTask, family: str) -> str:
     classes = TASKS[task.name].hf_classes
     if family not in classes:
-        raise ExportError(f"Hugging Face has no {family} class for the {task.name} task; runs "
-                          f"fine-tuned for it export from the {' or '.join(classes)} family")
+        raise ExportError(task_refusal(task.name, family))
     return classes[family]
+
+
+def _task_weights(family: str, architecture: str) -> Callable | None:
+    """LlamaForQuestionAnswering keeps its backbone under `transformer.`, not `model.`."""
+    if architecture != "LlamaForQuestionAnswering":
+        return None
+    return lambda model: {(f"transformer.{key[6:]}" if key.startswith("model.") else key): value
+                          for key, value in to_hf_state_dict(model, family).items()}
 
 
 def _no_class(family: str, heads: tuple[str, ...]) -> str:

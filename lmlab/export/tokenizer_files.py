@@ -28,14 +28,19 @@ def framed_as_lmlab_reads(tokenizer: Tokenizer, names: Mapping[str, str | None],
     `[CLS] A [SEP]` for a model that read pairs (NSP, fine-tuned), else `A [EOS]`, as a
     masked LM read its documents in pre-training."""
     cls, sep, eos = names.get("cls"), names.get("sep"), names.get("eos")
-    if cls is None or sep is None:
+    pairs = cls is not None and sep is not None
+    if pairs and (pair_framed or eos is None):
+        single = f"{cls}:0 $A:0 {sep}:0"
+    elif eos is not None:
+        single = f"$A:0 {eos}:0"
+    else:
         return tokenizer
-    single = f"{cls}:0 $A:0 {sep}:0" if pair_framed or eos is None else f"$A:0 {eos}:0"
     found = [(name, index) for name, index in ((cls, special.cls), (sep, special.sep),
                                                (eos, special.eos)) if name is not None]
     framed = Tokenizer.from_str(tokenizer.to_str())
     framed.post_processor = processors.TemplateProcessing(
-        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1", special_tokens=found)
+        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if pairs else None,
+        special_tokens=found)
     return framed
 
 
@@ -68,15 +73,15 @@ def mask_absorbs_space(tokenizer: Tokenizer, mask: str | None) -> Tokenizer:
 
 def write_tokenizer_files(out: Path, tokenizer: Tokenizer, names: Mapping[str, str | None],
                           special: SpecialTokens, max_len: int, token_types: bool,
-                          pair_framed: bool, encoder: bool) -> None:
-    """The three files; an encoder (BERT, ModernBERT) gets lmlab's framing and a [MASK] that
-    absorbs the space before it, causal models keep the tokenizer's own framing (a prompt to
-    continue must not end in [EOS])."""
+                          pair_framed: bool, framed: bool) -> None:
+    """The three files; `framed` (encoders, embeddings) gives lmlab's framing and a [MASK]
+    that absorbs the space before it, else the tokenizer keeps its own framing (a prompt for
+    a causal model to continue must not end in [EOS])."""
     vocabulary = {index: token for token, index in
                   tokenizer.get_vocab(with_added_tokens=True).items()}
     sentinels = [vocabulary[index] for index in special.sentinels]
     framed = (mask_absorbs_space(framed_as_lmlab_reads(tokenizer, names, special, pair_framed),
-                                 names.get("mask")) if encoder else tokenizer)
+                                 names.get("mask")) if framed else tokenizer)
     (out / "tokenizer.json").write_text(framed.to_str())
     files = {"tokenizer_config.json": tokenizer_config(names, sentinels, max_len, token_types),
              "special_tokens_map.json": special_tokens_map(names, sentinels)}

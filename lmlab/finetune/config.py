@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
+from lmlab.config.training import LoopConfig
 from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
-from lmlab.train.config import LoopConfig
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 

@@ -23,8 +23,10 @@ from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
-from lmlab.finetune.traits import TASKS
+from lmlab.finetune.traits import TASKS, task_refusal
+from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
+from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import HEADS, make_head
 from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
@@ -33,9 +35,8 @@ from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
 from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
-from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
+from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training, run_training
-from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 
@@ -197,7 +198,21 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
-            f"{train_rows} training rows")
+            f"{train_rows} training rows" + _export_note(pretrained, cfg.task))
+
+
+def _export_note(pretrained: Run, task: str) -> str:
+    """A line saying, before training, that the fine-tuned run will not export to Hugging
+    Face and what would; empty when it will."""
+    from lmlab.export.hf import family_of
+
+    try:
+        family = family_of(pretrained.model.cfg)
+    except ValueError:
+        return ""  # no Hugging Face family at all; lmlab export says so
+    if family in TASKS[task].hf_classes:
+        return ""
+    return f"\nnote: lmlab export will refuse this run: {task_refusal(task, family)}"
 
 
 def _summary(results: dict, metric: str) -> str:

@@ -45,6 +45,11 @@ def encoder_classes(kind: str) -> dict[str, str]:
     return {"bert": f"BertFor{kind}", "modernbert": f"ModernBertFor{kind}"}
 
 
+def every_class(kind: str) -> dict[str, str]:
+    """The BERT, ModernBERT, GPT-2 and Llama classes of one kind."""
+    return {**encoder_classes(kind), "gpt2": f"GPT2For{kind}", "modern": f"LlamaFor{kind}"}
+
+
 TASKS: dict[str, TaskTraits] = {
     "classify": TaskTraits(
         "text → label", "classify", "accuracy", "table", "label", "optional",
@@ -59,11 +64,23 @@ TASKS: dict[str, TaskTraits] = {
         encoder_classes("SequenceClassification"), "regression"),
     "qa": TaskTraits(
         "SQuAD JSON → answer span", "span", "f1", "squad", "answer", "required",
-        encoder_classes("QuestionAnswering")),
+        every_class("QuestionAnswering")),
     "ner": TaskTraits(
         "CoNLL → tags", "tag", "f1", "conll", "tags", "never",
-        encoder_classes("TokenClassification")),
+        every_class("TokenClassification")),
 }
+
+
+def task_refusal(task: str, family: str) -> str:
+    """Why a run of `family` (lmlab.presets.FAMILIES) fine-tuned for `task` has no Hugging
+    Face class, and what would; said by lmlab export, and by lmlab finetune before it trains."""
+    others = " or ".join(TASKS[task].hf_classes)
+    if TASKS[task].head == "classify":
+        return (f"lmlab's sequence head pools through BERT's dense + tanh pooler, which "
+                f"Hugging Face's {family} sequence classes (one linear layer on the last token) "
+                f"do not have; fine-tune a {others} run for the {task} task to export it")
+    return (f"Hugging Face has no {family} class for the {task} task; runs fine-tuned for it "
+            f"export from the {others} family")
 
 
 def task_help() -> str:

@@ -9,20 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lmlab.config import ModelConfig
-from lmlab.config.parsing import resolve_config
-from lmlab.data.dataset import Dataset, open_or_prepare
-from lmlab.data.loader import BlockBatches
-from lmlab.data.special_tokens import SpecialTokens
-from lmlab.model import LanguageModel
-from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import Batch
-from lmlab.objectives.documents import block_pad_id, blocks_pad_with
-from lmlab.objectives.registry import build_objective
-from lmlab.presets import auto_family, preset
-from lmlab.runs.layout import seen_from_run
-from lmlab.runs.schema import InitRecord, RunConfig
-from lmlab.train import distributed
-from lmlab.train.budget import (
+from lmlab.config.budget import (
     DEADLINE_VALIDATIONS,
     Deadline,
     deadline_eval_batches,
@@ -30,20 +17,33 @@ from lmlab.train.budget import (
     step_budget,
     steps_in_minutes,
 )
-from lmlab.train.config import EVAL_EVERY_STEPS, TrainConfig
+from lmlab.config.parsing import resolve_config
+from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
+from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.data.loader import BlockBatches
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.kernels.precision import grad_scaler
+from lmlab.model import LanguageModel
+from lmlab.model.flops import objective_flops_per_token
+from lmlab.objectives.base import Objective
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.documents import block_pad_id, blocks_pad_with
+from lmlab.objectives.registry import build_objective
+from lmlab.presets import auto_family, preset
+from lmlab.runs.layout import seen_from_run, trained_steps
+from lmlab.runs.schema import InitRecord, RunConfig
+from lmlab.train import distributed
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
-from lmlab.train.flops import all_ranks_peak_flops, objective_flops_per_token
+from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import (
     LoopState,
     Training,
     run_training,
 )
-from lmlab.train.precision import grad_scaler
-from lmlab.train.resume import BUDGETS, trained_steps
+from lmlab.train.resume import BUDGETS
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
 from lmlab.train.step import step_seconds
-from lmlab.train.trackers import require_trackers
 from lmlab.train.warm_start import (
     InitSource,
     check_context,
@@ -103,7 +103,6 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
     """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
     corpus. Returns the run directory."""
     cfg = resolve_config(config, fields, TrainConfig)
-    require_trackers(cfg.report_to)  # before the built-in corpus is prepared
     return pretrain(cfg, open_or_prepare(cfg.data))
 
 

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import torch
 
+from lmlab.config.training import LoopConfig
 from lmlab.kernels.device_defaults import (
     Choice,
     allow_tf32,
@@ -25,11 +26,9 @@ from lmlab.runs.layout import CONFIG, prepare_run_dir
 from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
-from lmlab.train.config import LoopConfig
 from lmlab.train.loop import LoopState, restore_loop_state
 from lmlab.train.optim import make_optimizer
 from lmlab.train.resume import BUDGETS, resumed_config
-from lmlab.train.trackers import require_trackers
 
 C = TypeVar("C", bound=LoopConfig)
 
@@ -97,7 +96,6 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     """Open the run directory `out` for `config` and make `model` (on its device, unwrapped)
     ready to train. `budgets` are the config fields a resume may lengthen; `before_writing`
     sees the config the run will have and may refuse it before anything is written."""
-    require_trackers(cfg.report_to)
     if cfg.resume:
         config = resumed_config(out, config, budgets)
     if before_writing is not None:
