@@ -109,7 +109,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
-    task = make_task(cfg, splits.labels)
+    task = make_task(cfg, splits.labels, splits.train)
     cfg = device_defaults(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,7 +37,9 @@ from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
 from lmlab.train.loop import (
     LoopState,
     run_training,
+    step_seed,
 )
+from lmlab.train.prefetch import PrefetchedData
 from lmlab.train.resume import BUDGETS
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start, training
@@ -142,17 +145,31 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     eval_blocks = _first_blocks(validation_blocks, eval_count)
     # the run's own warm-up, even when a resume lengthens it
     warmup = _warmup_steps(cfg, planned_steps or state.total_steps)
-    run_training(training(
-        cfg, env, model, out, started, objective=objective,
-        data=PretrainingData(blocks, objective, accumulation, cfg.num_workers),
-        schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
-        validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
-                                  env, cfg.precision),
-        headline=headline_loss, deadline=deadline,
-        flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective, micro_size),
-        title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with {cfg.objective}"))
+    data, made_ahead = _step_data(cfg, env, PretrainingData(blocks, objective, accumulation,
+                                                            cfg.num_workers))
+    with made_ahead:
+        run_training(training(
+            cfg, env, model, out, started, objective=objective, data=data,
+            schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
+            validate=lambda: validate(model, eval_objectives, eval_blocks,
+                                      dataset.bytes_per_token, env, cfg.precision),
+            headline=headline_loss, deadline=deadline,
+            flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective,
+                                                      micro_size),
+            title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with "
+                  f"{cfg.objective}"))
     distributed.teardown()
     return out
+
+
+def _step_data(cfg: TrainConfig, env: distributed.Env, data: PretrainingData):
+    """(the loop's step data, a context that stops it): on a GPU, the batches made ahead in a
+    background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
+    the step itself keeps busy, made by the loop as it needs them."""
+    if env.device.type != "cuda":
+        return data, contextlib.nullcontext()
+    ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)
+    return ahead, contextlib.closing(ahead)
 
 
 def _block_batches(cfg: TrainConfig, env: distributed.Env, dataset: Dataset,
