@@ -99,8 +99,9 @@ def smol(args, work: Path) -> dict:
 
 
 def trained_steps(run: Path) -> int:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return max(row["step"] for row in rows if row["kind"] == "train")
+    from lmlab.runs.metrics import read_metrics
+
+    return max(row["step"] for row in read_metrics(run) if row["kind"] == "train")
 
 
 def fine_tuned_accuracy(run: Path, splits: tuple[Path, Path, Path], args, out: Path) -> dict:

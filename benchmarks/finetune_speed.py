@@ -112,10 +112,10 @@ def hf_tokenizer(tokenizer_json: str):
 
 def prepare(work: Path, data: Path, rows: int, predict_texts: int, threads: int) -> dict:
     """The training subset, a validation file, the prediction texts and a pre-trained run."""
+    from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
     from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
     from lmlab.finetune.encoding import Encoder
-    from lmlab.train.config import TrainConfig
     from lmlab.train.pretrain import pretrain
 
     torch.set_num_threads(threads)
@@ -180,9 +180,9 @@ def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
     from lmlab.finetune.config import FinetuneConfig
     from lmlab.finetune.data import TaskData
     from lmlab.finetune.predict import predict
+    from lmlab.runs.metrics import read_metrics
     from lmlab.runs.run import load_run
     from lmlab.train import loop
-    from lmlab.train.metrics import read_metrics
 
     marks: dict[str, tuple[float, float]] = {}
     takes: list[tuple[float, float]] = []

@@ -41,7 +41,8 @@ from record import machine, write_results
 from train_speed import SHAPES, Shape, hf_inputs, hf_model, lmlab_parts, nanogpt_model
 
 from lmlab.kernels.compile_counts import compile_counts, reset_compile_counts
-from lmlab.train.flops import device_peak_flops, objective_flops_per_token
+from lmlab.model.flops import objective_flops_per_token
+from lmlab.train.flops import device_peak_flops
 
 TINY = Shape("tiny", 512, 32, 2)
 

@@ -319,7 +319,8 @@ def measure_one(implementation: str, objective: str, setting: str, steps: int, w
     if device.type == "cuda":
         result["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     if counted is not None:
-        from lmlab.train.flops import device_peak_flops, objective_flops_per_token
+        from lmlab.model.flops import objective_flops_per_token
+        from lmlab.train.flops import device_peak_flops
 
         cfg, objective = counted
         # the device's own peak for the precision: on a CPU, fp32 the better of MKL and

@@ -1,3 +1,5 @@
+"""`python -m lmlab`: the `lmlab` command."""
+
 import sys
 
 from lmlab.cli import main

@@ -1,12 +1,14 @@
 """Atomic file writes: a reader sees the old file or the whole new one, never a part.
 
 A write that cannot start (a read-only or full disk, a missing permission) is reported about the
-path the user asked for, never the temporary name beside it that was being made.
+path the user asked for, never the temporary name beside it that was being made. What was
+written is checked later by its SHA-256 (`sha256_of`), read in blocks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -106,3 +108,16 @@ def check_replaceable(path: Path, ours: bool, kind: str) -> None:
         raise ValueError(f"{path} exists and is not a directory")
     if path.is_dir() and any(path.iterdir()) and not ours:
         raise ValueError(f"{path} holds files that are not {kind}; choose another --out")
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of the file at `path`, as hex."""
+    return hash_file(hashlib.sha256(), path).hexdigest()
+
+
+def hash_file(digest: hashlib._Hash, path: str | Path) -> hashlib._Hash:
+    """`digest` updated with the bytes of the file at `path`, read 1 MiB at a time."""
+    with open(path, "rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest

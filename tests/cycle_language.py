@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from lmlab.config.parsing import build_config
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.objectives import SpecialTokens
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 CYCLE = 20  # symbols in the cycle

@@ -14,11 +14,11 @@ import torch
 
 from lmlab.cli import main
 from lmlab.compare.layout import DESIGN, REPORT
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.serve.runs import RunTable
 from lmlab.serve.server import PlaygroundServer
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast", "good",

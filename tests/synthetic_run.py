@@ -11,10 +11,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmlab.commands.pretrain import add_pretrain_options
 from lmlab.config.options import config_from_args
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.synthetic import MarkovChain
 from lmlab.objectives import SpecialTokens
-from lmlab.train.config import TrainConfig
 from lmlab.train.loop import RunStopped
 from lmlab.train.pretrain import pretrain
 

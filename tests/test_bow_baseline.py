@@ -14,12 +14,12 @@ import pytest
 
 import lmlab
 from lmlab.compare import figures
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.finetune import setup
 from lmlab.finetune.bow_baseline import floor_of_config
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 from tests.cli_process import lmlab as lmlab_command
 from tests.cli_process import refused

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lmlab.train.metrics import read_metrics
+from lmlab.runs.metrics import read_metrics
 
 # Every test starts `python -m lmlab` afresh (seconds of imports each), and several train.
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ from lmlab.compare.analysis import analyse
 from lmlab.compare.design import CompareConfig, Probe, SubRun, label, sub_runs
 from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
 from lmlab.data.dataset import open_dataset
+from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.registry import build_objective, split_specs
 from lmlab.presets import preset
-from lmlab.train.flops import objective_flops_per_token
 
 WORDS = ("cat dog sun moon tree rock bird fish lake hill road farm milk corn wolf bear "
          "ship coat king rain snow leaf star wind").split()  # one token each
@@ -274,7 +274,7 @@ def test_the_analysis_finds_where_one_objective_overtakes_another(tmp_path):
 def test_every_sub_run_and_probe_reports_to_the_trackers(world, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from lmlab.train.metrics import read_metrics
+    from lmlab.runs.metrics import read_metrics
 
     out = tmp_path / "lab"
     words = ["compare", "--objectives", "mlm,clm", "--budget", "4", "--match", "steps",

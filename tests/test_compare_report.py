@@ -21,9 +21,11 @@ from tests.test_compare import world  # noqa: F401 — the synthetic language's 
 PROBE = "probe x (accuracy)"
 
 
-def planted(tmp_path, fractions: str, measures: dict[str, list[str]], seeds: int = 3):
+def planted(tmp_path, fractions: str, measures: dict[str, list[str]], seeds: int = 3,
+            steps: int = 4):
     """An analysis of sub-runs whose scores are written, not trained: each objective scored on
-    its `measures`, 0.5 + 0.1 per objective, at 1e11 FLOPs per step and 400 steps a budget."""
+    its `measures`, 0.5 + 0.1 per objective, at 1e11 FLOPs per step and `steps` steps at the
+    full budget."""
     cfg = CompareConfig.of(list(measures), budget="4e11", fractions=fractions, seeds=seeds,
                            out=str(tmp_path))
     rng = np.random.default_rng(0)
@@ -31,7 +33,7 @@ def planted(tmp_path, fractions: str, measures: dict[str, list[str]], seeds: int
     for index, (objective, names) in enumerate(measures.items()):
         for fraction in cfg.fractions:
             for seed in range(seeds):
-                sub = SubRun(objective, seed, fraction, round(4 * fraction), None, 1e11, 512,
+                sub = SubRun(objective, seed, fraction, round(steps * fraction), None, 1e11, 512,
                              77.0, tmp_path / objective / f"{fraction:g}" / str(seed))
                 sub.out.mkdir(parents=True)
                 scores = {name: (0.5 + 0.1 * index + rng.normal(scale=0.02, size=40))[None]
@@ -145,3 +147,64 @@ def test_the_terminal_ends_with_the_verdicts_or_why_there_are_none(world, tmp_pa
                             "NAME=TASK:TRAIN:VALIDATION) or minimal pairs (--pairs) to score "
                             "both on the same ground"]
     assert shown[-1].startswith("report: ")
+
+
+def test_the_forest_plot_gives_each_measure_its_own_panel_and_unit(tmp_path, figure_of):
+    _, analysis = planted(tmp_path, "1", {"mlm": [pseudo_measure("mlm"), PROBE],
+                                          "clm": [BITS_PER_BYTE, PROBE],
+                                          "prefix": [BITS_PER_BYTE, PROBE]})
+    figures.plot_differences(analysis, tmp_path / "differences.png")
+    axes = figure_of["differences.png"].axes
+    assert [axis.get_title() for axis in axes] == [BITS_PER_BYTE, PROBE]
+    assert [axis.get_xlabel() for axis in axes] == [
+        "advantage of the first objective in bits per byte",
+        "advantage of the first objective in accuracy"]
+    assert [[t.get_text() for t in axis.get_yticklabels()] for axis in axes] == [
+        ["clm vs prefix"], ["mlm vs clm", "mlm vs prefix", "clm vs prefix"]]
+
+
+def test_the_probe_plot_title_fits_its_figure(tmp_path, figure_of):
+    cfg, analysis = planted(tmp_path, "1", {"mlm": [PROBE], "clm": [PROBE]})
+    figures.plot_probes(cfg, analysis, tmp_path / "probes.png", {PROBE: 0.55})
+    figure = figure_of["probes.png"]
+    title = figure.get_suptitle()
+    extent = figure._suptitle.get_window_extent()
+    assert title.startswith("fine-tuning runs") and 0 <= extent.x0 < extent.x1 <= figure.bbox.x1
+
+
+def test_one_seed_shows_no_standard_deviation(tmp_path):
+    cfg, analysis = planted(tmp_path, "1", {"mlm": [PROBE], "clm": [PROBE]}, seeds=1)
+    write_report(cfg, analysis, tmp_path, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<td>— (one seed)</td>") == 2
+
+
+@pytest.mark.parametrize(("steps", "measured"), [(50, False), (400, True)])
+def test_a_sequence_phase_too_short_to_measure_gets_no_verdict(tmp_path, steps, measured):
+    """then:clm,mlm@0.9 over 50 steps trains masked LM for 5: too few to be credited with (or
+    blamed for) anything; over 400 steps (40 of them) its verdicts stand."""
+    _, analysis = planted(tmp_path, "1", {"mlm": [PROBE], "then:clm,mlm@0.9": [PROBE]},
+                          steps=steps)
+    (pair,) = analysis.verdicts
+    if measured:
+        assert pair.says == pair.verdict.says and pair.says.endswith("better")
+    else:
+        assert pair.says == "no verdict" and pair.to_dict()["says"] == "no verdict"
+        assert analysis.verdict_lines == [
+            f"{PROBE}: mlm vs then:clm,mlm@0.9: no verdict: the mlm phase of then:clm,mlm@0.9 "
+            "ran 5 steps (seed 0), too short to be measured (at least 20); give a larger "
+            "--budget"]
+
+
+def test_scores_all_below_the_bag_of_words_floor_are_said_to_be(tmp_path):
+    from lmlab.compare.floors import Floors
+
+    floors = Floors({PROBE: {"value": 0.74, "split": "validation"},
+                     "probe y (accuracy)": {"value": 0.5, "split": "validation"}})
+    below = {(PROBE, "mlm"): 0.70, (PROBE, "clm"): 0.74}
+    assert floors.below({**below, ("probe y (accuracy)", "mlm"): 0.6}) == [
+        f"{PROBE}: every objective scored at or below the bag-of-words floor 0.7400 (mlm "
+        "0.7000, clm 0.7400)"]
+    assert floors.below({**below, ("probe y (accuracy)", "mlm"): 0.4})[-1].startswith(
+        "every probe scored below its bag-of-words floor")
+    assert floors.below({(PROBE, "mlm"): 0.75, (PROBE, "clm"): 0.70}) == []

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lmlab import LanguageModel, SpecialTokens, preset
-from lmlab.kernels.compile_counts import compile_counts, reset_compile_counts
+from lmlab.kernels import attention
+from lmlab.kernels.compile_counts import CompileCounts, compile_counts, reset_compile_counts
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.selectors import Positions
 from lmlab.objectives.registry import build_objective
@@ -33,7 +34,7 @@ def batches(objective, count: int, seed: int = 0):
     first = max(SPECIAL.all_ids) + 1
     for step in range(count):
         tokens = torch.randint(first, 300, (ROWS, LENGTH), generator=generator)
-        tokens[:, LENGTH // 2] = SPECIAL.sep  # a document end inside each row
+        tokens[:, LENGTH // 2 + step] = SPECIAL.eos  # documents packed in every row
         yield objective.make_batch(tokens, generator, step)
 
 
@@ -115,3 +116,24 @@ def compiled_counts(name: str, one_graph: bool, steps: int = 4):
 def test_every_objective_compiles_once_without_a_break(name, one_graph):
     first_breaks, later = compiled_counts(name, one_graph)
     assert (first_breaks, later.graph_breaks, later.graphs) == (0, 0, 0)
+
+
+@pytest.mark.slow
+def test_a_block_mask_built_before_the_compiled_model_costs_no_break(monkeypatch):
+    """FlexAttention's route (CUDA's) forced on the CPU, forward only (it has no backward
+    pass there): packed documents' block masks, built outside the graph, reach every layer
+    with no break or recompilation, and the losses are SDPA's with the dense mask."""
+    torch._dynamo.reset()
+    reset_compile_counts()
+    objective, model = setup("clm")
+    eager = forward_loss(model, objective, compile_model=False)
+    compiled = forward_loss(model, objective, compile_model=True, one_graph=False)
+    first = None
+    with torch.no_grad():
+        for batch in batches(objective, 3):
+            expected = eager(batch).mean()
+            monkeypatch.setattr(attention, "FLEX_DEVICES", frozenset({"cuda", "cpu"}))
+            torch.testing.assert_close(compiled(batch).mean(), expected, rtol=1e-5, atol=1e-6)
+            monkeypatch.setattr(attention, "FLEX_DEVICES", frozenset({"cuda"}))
+            first = first or compile_counts()
+    assert first.graph_breaks == 0 and compile_counts().since(first) == CompileCounts(0, 0)

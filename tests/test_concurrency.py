@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lmlab.config.training import TrainConfig
 from lmlab.data.preparation import prepare
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
 from tests.synthetic_run import synthetic_dataset
 
 

@@ -18,6 +18,7 @@ import torch
 
 from lmlab.cli import main
 from lmlab.commands.pretrain_summary import summary
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset, open_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.export.importer import import_hf
@@ -25,11 +26,10 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
 from lmlab.model import MaskSpec
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of
+from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
 from lmlab.serve.runs import RunTable
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama
 from tests.test_pretrain import SCRIPT, run_script, torchrun, train_losses
 

@@ -8,10 +8,10 @@ import pytest
 
 from lmlab import load
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.eval.texts import _take, dataset_text, file_text
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "a", "bird", "runs", "home"]

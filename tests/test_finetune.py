@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.runs.run import load_run
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast", "Paris",

@@ -84,6 +84,20 @@ def test_predict_reads_a_task_file_as_examples(runs, tmp_path, capsys):
     assert code == 0 and json.loads(stdout)["answer"] in "the cat sees a bird"
 
 
+def test_predict_json_gives_each_input_and_its_gold_label(runs, tmp_path, capsys):
+    table = tmp_path / "labelled.tsv"
+    table.write_text("label\tsentence\npos\tthe cat runs\nneg\tthe dog sees a bird\n")
+    code, stdout, _ = run_cli(capsys, "predict", runs["classify"], "--json", "--file", table)
+    found = [json.loads(line) for line in stdout.splitlines()]
+    assert code == 0 and [(f["text"], f["gold"]) for f in found] == [
+        ("the cat runs", "pos"), ("the dog sees a bird", "neg")]
+    assert all(f["label"] in ("pos", "neg") and 0 <= f["score"] <= 1 for f in found)
+    code, stdout, _ = run_cli(capsys, "predict", runs["classify"], "--json", "the cat runs")
+    assert code == 0 and json.loads(stdout).keys() == {"text", "label", "score"}  # no gold
+    code, stdout, _ = run_cli(capsys, "predict", runs["classify"], "the cat runs")
+    assert "the cat runs" not in stdout  # the terminal's line stays the label and score
+
+
 def test_predict_takes_texts_or_a_file_not_both(runs, tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("the cat runs\n")

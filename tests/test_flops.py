@@ -7,11 +7,11 @@ import torch
 
 from lmlab.config import ModelConfig
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
+from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.mixture import steps_per_part
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
-from lmlab.train.flops import flops_per_token, objective_flops_per_token
 
 CFG = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)  # GELU MLP of 4·64 = 256
 T, ROWS = 128, 32

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from lmlab import LanguageModel, SpecialTokens, preset
+from lmlab.config.training import TrainConfig
 from lmlab.objectives.registry import build_objective
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
 from tests.synthetic_run import synthetic_dataset
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.report.plots import _characters, label_font, plot_confusion_matrix
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 CHINESE = ["体育", "财经"]

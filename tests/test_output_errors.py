@@ -9,9 +9,9 @@ import pytest
 
 from lmlab.atomic import atomic_directory, atomic_write, make_directory, staging_directory
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 

@@ -9,9 +9,9 @@ import torch
 from torch.utils.data import DataLoader
 
 import lmlab.data
+from lmlab.config.training import TrainConfig
 from lmlab.data.loader import BlockBatches
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
+from lmlab.runs.metrics import read_metrics
 from lmlab.train.pretrain import pretrain
 
 WORDS = "a cat sat on the warm mat while two dogs ran past an old red barn".split()

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from lmlab import LanguageModel, MaskSpec, preset
 from lmlab.config import ModelConfig
-from lmlab.train.config import TrainConfig
+from lmlab.config.training import TrainConfig
 from lmlab.train.optim import Muon, Optimizers, hidden_matrices, make_optimizer
 from lmlab.train.step import guarded_update
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from lmlab.config import ModelConfig
+from lmlab.config.training import TrainConfig
 from lmlab.runs.layout import RunDirError, prepare_run_dir
+from lmlab.runs.metrics import read_metrics
 from lmlab.runs.schema import RunConfig
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
 from lmlab.train.schedule import Schedule
 from tests.synthetic_run import synthetic_dataset
 

@@ -8,11 +8,11 @@ import torch
 
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
+from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.heads import generator_config
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import sample_tokens
 from lmlab.presets import preset
-from lmlab.train.flops import flops_per_token, objective_flops_per_token
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
 

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.export.importer import import_hf
@@ -20,7 +21,6 @@ from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of, verify_checkpoint
 from lmlab.runs.run import load_run
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 from tests.test_checkpoint import Trap, refuse_torch_load, rewrite_with_checksum
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of, train_tokenizer
 from lmlab.finetune.config import FinetuneConfig
@@ -21,7 +22,6 @@ from lmlab.runs.schema import (
     RunTask,
     read_run_config,
 )
-from lmlab.train.config import TrainConfig
 from lmlab.train.pretrain import pretrain
 
 WORDS = "the cat dog sees likes a bird runs home fast good bad".split()

@@ -58,15 +58,15 @@ def test_embedding_lr_scale_moves_the_embeddings_alone(optimizer_name):
 
 
 def test_embedding_lr_scale_must_be_positive():
-    from lmlab.train.config import TrainConfig
+    from lmlab.config.training import TrainConfig
 
     with pytest.raises(ValueError, match="embedding_lr_scale must be a positive number"):
         TrainConfig(embedding_lr_scale=0.0)
 
 
 def test_embeddings_learn_faster_from_random_weights_only():
+    from lmlab.config.training import TrainConfig
     from lmlab.finetune.config import FinetuneConfig
-    from lmlab.train.config import TrainConfig
 
     assert TrainConfig().embedding_rate_scale == 10.0
     assert TrainConfig(init="runs/imported").embedding_rate_scale == 1.0

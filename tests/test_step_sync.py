@@ -13,9 +13,9 @@ from lmlab import SpecialTokens
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.kernels import linear_cross_entropy as fused
 from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import loop
 from lmlab.train import pretrain as pretraining
-from lmlab.train.metrics import read_metrics
 from lmlab.train.optim import Muon, Optimizers, make_optimizer
 from lmlab.train.step import guarded_update
 from tests.synthetic_run import synthetic_dataset

@@ -6,16 +6,18 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
+from lmlab.model.flops import flops_per_token
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import flops
-from lmlab.train.metrics import MetricsLog, read_metrics
+from lmlab.train.metrics import MetricsLog
 
 
 def test_flops_per_token_by_hand():
     cfg = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)
     per_layer = 6 * (4 * 64 * 64 + 2 * 64 * 256) + 12 * 64 * 128
-    assert flops.flops_per_token(cfg, 128) == 2 * per_layer + 6 * 64 * 1000
-    sparse = flops.flops_per_token(cfg, 128, predicted_fraction=0.15)
-    assert flops.flops_per_token(cfg, 128) - sparse == 6 * 64 * 1000 * 0.85
+    assert flops_per_token(cfg, 128) == 2 * per_layer + 6 * 64 * 1000
+    sparse = flops_per_token(cfg, 128, predicted_fraction=0.15)
+    assert flops_per_token(cfg, 128) - sparse == 6 * 64 * 1000 * 0.85
 
 
 def test_cpu_peak_is_probed_once_a_process_and_the_cache_keeps_the_best(tmp_path,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from lmlab.cli import main
+from lmlab.config.training import TrainConfig
+from lmlab.runs.metrics import read_metrics
 from lmlab.train import pretrain as pretraining
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
 from tests.synthetic_run import synthetic_dataset
 
 SCRIPT = Path(__file__).with_name("synthetic_run.py")

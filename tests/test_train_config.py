@@ -3,7 +3,7 @@
 import pytest
 
 from lmlab.config.parsing import parse_value, resolve_config
-from lmlab.train.config import TrainConfig
+from lmlab.config.training import TrainConfig
 
 
 def test_file_then_overrides(tmp_path):

@@ -14,6 +14,7 @@ import torch
 
 from lmlab.cli import main
 from lmlab.commands.pretrain_summary import summary, unigram_loss
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation import prepare
 from lmlab.eval.texts import file_text
@@ -21,8 +22,7 @@ from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens
 from lmlab.report.plots import loss_name
 from lmlab.runs import load_run
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
+from lmlab.runs.metrics import read_metrics
 from lmlab.train.pretrain import pretrain
 from tests.hf_runs import pretrained_run
 

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from lmlab.command_line import add_command
+from lmlab.commands.parsing import add_command
 from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
 
 
@@ -43,6 +43,9 @@ def add_prepare_command(commands) -> None:
     scale.add_argument("--tasks", type=int, metavar="N",
                        help="datatrove tasks per parallel stage (default: one per core here, "
                             "or per CPU of the Ray cluster)")
+    scale.add_argument("--verbose", action="store_true",
+                       help="show datatrove's own output (by default one line a stage, its "
+                            "logs in the work folder)")
     reading = parser.add_argument_group("reading")
     reading.add_argument("--text-field", help="JSON field or CSV/TSV/Parquet column "
                          "(default: text)")
@@ -106,6 +109,8 @@ def engine_of(args: argparse.Namespace):
     if args.engine == "builtin":
         if args.executor is not None or args.tasks is not None:
             raise ValueError("--executor and --tasks choose where --engine datatrove runs")
+        if args.verbose:
+            raise ValueError("--verbose shows datatrove's own output: give --engine datatrove")
         return None
     if args.workers is not None:
         raise ValueError("--workers sizes the built-in engine; with --engine datatrove give "
@@ -117,7 +122,7 @@ def engine_of(args: argparse.Namespace):
         require_extra("ray", "ray", "--executor ray")
     from lmlab.data.preparation import Engine
 
-    return Engine(args.executor or "local", args.tasks)
+    return Engine(args.executor or "local", args.tasks, args.verbose)
 
 
 def run_tokenizer(run: Path) -> dict:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.command_line import add_command
+from lmlab.commands.parsing import add_command
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
-from lmlab.train.config import TrainConfig, check_before_data
+from lmlab.config.training import TrainConfig, check_before_data
 
 
 def add_pretrain_command(commands: argparse._SubParsersAction) -> None:
@@ -33,11 +33,9 @@ def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.data.dataset import open_or_prepare
     from lmlab.kernels.machine import keep_freed_memory
     from lmlab.train.pretrain import pretrain
-    from lmlab.train.trackers import require_trackers
 
     config = config_from_args(args, TrainConfig)
     check_before_data(config)
-    require_trackers(config.report_to)
     dataset = open_or_prepare(config.data)
     if not torch.cuda.is_available():
         keep_freed_memory()  # process-wide, so here, not in the library's pretrain()

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.config.options import options_of
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import Dataset
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
@@ -21,10 +22,9 @@ from lmlab.kernels.machine import threads_for
 from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
 from lmlab.runs.layout import CONFIG
+from lmlab.runs.metrics import read_metrics
 from lmlab.runs.reading import MASK_TEXT
 from lmlab.runs.schema import read_run_config
-from lmlab.train.config import TrainConfig
-from lmlab.train.metrics import read_metrics
 
 PASSAGE_TOKENS = 24  # of held-out text shown to a masked model, at most
 PROMPT_TOKENS = 8  # of held-out text a generating model continues, at most

@@ -13,6 +13,7 @@ import numpy as np
 
 from lmlab.compare.design import CompareConfig, SubRun
 from lmlab.compare.measures import measure_of
+from lmlab.compare.phases import too_short
 from lmlab.compare.stats import Verdict, holm, paired_bootstrap, verdict
 from lmlab.compare.subrun import read_ledger, read_scores
 
@@ -35,11 +36,20 @@ class PairVerdict:
     a: str
     b: str
     verdict: Verdict
+    unmeasured: str | None = None  # why no side is named: a phase too short (phases.py)
+
+    @property
+    def says(self) -> str:
+        return "no verdict" if self.unmeasured else self.verdict.says
+
+    @property
+    def text(self) -> str:
+        return self.unmeasured or self.verdict.text
 
     def to_dict(self) -> dict:
         d = self.verdict.difference
         return {"measure": self.verdict.measure, "a": self.a, "b": self.b,
-                "says": self.verdict.says, "text": self.verdict.text,
+                "says": self.says, "text": self.text,
                 "adjusted_p": self.verdict.adjusted_p, **asdict(d)}
 
 
@@ -64,7 +74,7 @@ class Analysis:
     @property
     def verdict_lines(self) -> list[str]:
         """The answer in a few lines: each verdict, then why a pair has none."""
-        return [f"{p.verdict.measure}: {p.a} vs {p.b}: {p.verdict.text}"
+        return [f"{p.verdict.measure}: {p.a} vs {p.b}: {p.text}"
                 for p in self.verdicts] + self.apart
 
 
@@ -100,7 +110,9 @@ def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> An
                     scores[measure, a, full], scores[measure, b, full], resamples,
                     higher_is_better=direction)))
     adjusted = holm([d.p_value for *_, d in differences]) if differences else []
-    verdicts = [PairVerdict(a, b, verdict(measure, d, p, (a, b)))
+    unmeasured = too_short(ledger, full)
+    verdicts = [PairVerdict(a, b, verdict(measure, d, p, (a, b)),
+                            unmeasured.get(a) or unmeasured.get(b))
                 for (measure, a, b, d), p in zip(differences, adjusted, strict=True)]
     return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg),
                     _apart(cfg, scores))

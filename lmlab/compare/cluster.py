@@ -11,6 +11,8 @@ share, at the same path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,10 +23,11 @@ from lmlab.compare.subrun import complete
 from lmlab.ray_cluster import connect
 
 
-def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> None:
-    """Train and score the sub-runs in `left` as Ray tasks, `bar` counting those finished.
-    A failed one is named when it fails and raised once the others have finished, so that
-    their work is kept for the next run of the command."""
+@contextmanager
+def joined_cluster(cfg: CompareConfig) -> Iterator[None]:
+    """The Ray cluster at RAY_ADDRESS joined, and checked to have a node that holds a sub-run,
+    before the comparison writes or shows anything (a refusal leaves nothing behind); left at
+    the end, unless the caller was already in a Ray job."""
     import ray
 
     connected_here = not ray.is_initialized()  # a caller already in a Ray job keeps its own
@@ -32,24 +35,34 @@ def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> 
         connect("--cluster ray")
     try:
         _check_room(cfg)
-        task = ray.remote(_complete).options(num_cpus=cfg.cpus_per_run,
-                                             num_gpus=cfg.gpus_per_run)
-        cfg, data = _absolute(cfg), str(Path(data).absolute())
-        pending = {task.remote(replace(sub, out=sub.out.absolute()), cfg, data): sub
-                   for sub in left}
-        failed = None
-        while pending:
-            (ready,), _ = ray.wait(list(pending))
-            sub = pending.pop(ready)
-            try:
-                ray.get(ready)
-                bar.update()
-            except ray.exceptions.RayError as error:
-                bar.write(f"{_name(sub)} failed; the other sub-runs go on")
-                failed = failed or (sub, error)
+        yield
     finally:
         if connected_here:
             ray.shutdown()
+
+
+def run_on_ray(left: list[SubRun], cfg: CompareConfig, data: str, bar: tqdm) -> None:
+    """Train and score the sub-runs in `left` as Ray tasks on the cluster joined
+    (joined_cluster), `bar` counting those finished. A failed one is named when it fails and
+    raised once the others have finished, so that their work is kept for the next run of the
+    command."""
+    import ray
+
+    task = ray.remote(_complete).options(num_cpus=cfg.cpus_per_run,
+                                         num_gpus=cfg.gpus_per_run)
+    cfg, data = _absolute(cfg), str(Path(data).absolute())
+    pending = {task.remote(replace(sub, out=sub.out.absolute()), cfg, data): sub
+               for sub in left}
+    failed = None
+    while pending:
+        (ready,), _ = ray.wait(list(pending))
+        sub = pending.pop(ready)
+        try:
+            ray.get(ready)
+            bar.update()
+        except ray.exceptions.RayError as error:
+            bar.write(f"{_name(sub)} failed; the other sub-runs go on")
+            failed = failed or (sub, error)
     if failed:
         _raise(*failed)
 

@@ -113,7 +113,7 @@ class CompareConfig:
     gpus_per_run: int = 0
 
     def __post_init__(self) -> None:
-        from lmlab.train.trackers import require_trackers
+        from lmlab.config.training import require_trackers
 
         if self.match not in MATCHES:
             raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
@@ -166,7 +166,7 @@ class CompareConfig:
     @property
     def amount(self) -> float:
         """The budget as a number in the unit of `match`."""
-        from lmlab.train.budget import parse_count
+        from lmlab.config.budget import parse_count
 
         text = str(self.budget).strip()
         try:
@@ -238,9 +238,9 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     """Every (objective, budget fraction, seed), with its steps under the matched budget; the
     held-out text is checked here too, so that no design fails after training."""
     from lmlab.compare.measures import check_held_out
+    from lmlab.model.flops import objective_flops_per_token
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
-    from lmlab.train.flops import objective_flops_per_token
 
     check_held_out(dataset, cfg.eval_tokens)
     model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)

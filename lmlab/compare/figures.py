@@ -110,23 +110,44 @@ def _short(amount: float) -> str:
 
 
 def plot_differences(analysis: Analysis, path: Path) -> None:
+    """A forest plot of the paired differences, one panel per measure: each panel's axis is
+    in that measure's unit (bits per byte, accuracy, ...), never two units on one axis."""
     plt = pyplot()
-    verdicts = analysis.verdicts
-    figure, axis = plt.subplots(figsize=(8, 0.45 * len(verdicts) + 1.5))
-    for row, pair in enumerate(verdicts):
+    by_measure: dict[str, list] = {}
+    for pair in analysis.verdicts:
+        by_measure.setdefault(pair.verdict.measure, []).append(pair)
+    heights = [0.45 * len(pairs) + 0.9 for pairs in by_measure.values()]
+    figure, axes = plt.subplots(len(by_measure), 1, figsize=(8, sum(heights) + 0.8),
+                                squeeze=False, gridspec_kw={"height_ratios": heights})
+    for axis, (measure, pairs) in zip(axes[:, 0], by_measure.items(), strict=True):
+        _forest_panel(axis, measure, pairs)
+    figure.suptitle("paired differences at the full budget, 95% intervals (right: first "
+                    "objective better; grey: no side named)", fontsize=10)
+    figure.tight_layout()
+    save_png(figure, path)
+
+
+def _forest_panel(axis, measure: str, pairs: list) -> None:
+    for row, pair in enumerate(pairs):
         d = pair.verdict.difference
-        colour = "grey" if pair.verdict.says.startswith("no") else "tab:blue"
+        colour = "grey" if pair.says.startswith("no") else "tab:blue"
         axis.errorbar(d.estimate, row, xerr=[[d.estimate - d.low], [d.high - d.estimate]],
                       fmt="o", color=colour, capsize=3)
     axis.axvline(0, color="black", linewidth=0.8)
-    axis.set_yticks(range(len(verdicts)),
-                    [f"{p.verdict.measure}: {p.a} vs {p.b}" for p in verdicts], fontsize=8)
-    axis.invert_yaxis()
-    axis.set_xlabel("advantage of the first objective, 95% interval (right: first better)",
-                    fontsize=8)
-    axis.set_title("paired differences at the full budget", fontsize=10)
-    figure.tight_layout()
-    save_png(figure, path)
+    axis.set_yticks(range(len(pairs)), [f"{p.a} vs {p.b}" for p in pairs], fontsize=8)
+    axis.set_ylim(len(pairs) - 0.5, -0.5)
+    axis.set_title(measure, fontsize=9)
+    axis.set_xlabel(f"advantage of the first objective in {measure_unit(measure)}", fontsize=8)
+
+
+def measure_unit(measure: str) -> str:
+    """What a measure's differences are counted in: bits per byte for (pseudo) bits per byte,
+    a probe's metric for a probe, a share of items otherwise."""
+    if "bits per byte" in measure:
+        return "bits per byte"
+    if measure_of(measure).kind == "probe" and measure.endswith(")"):
+        return measure[measure.rindex("(") + 1:-1]
+    return "share of items"
 
 
 def plot_phenomena(table: dict, path: Path) -> None:
@@ -149,7 +170,8 @@ def plot_probes(cfg: CompareConfig, analysis: Analysis, path: Path,
     plt = pyplot()
     full = max(cfg.fractions)
     measures = sorted({m for m, _, _ in analysis.scores if measure_of(m).kind == "probe"})
-    figure, axes = plt.subplots(1, len(measures), figsize=(4 * len(measures), 3.4),
+    # at least as wide as its title, which a single narrow panel would clip
+    figure, axes = plt.subplots(1, len(measures), figsize=(max(6.0, 4 * len(measures)), 3.4),
                                 squeeze=False)
     for axis, measure in zip(axes[0], measures, strict=True):
         for column, (objective, colour) in enumerate(colours(cfg).items()):

@@ -25,6 +25,23 @@ class Floors:
         """Probe measure → the floor's score on the probe's scored split."""
         return {measure: floor["value"] for measure, floor in self.by_measure.items()}
 
+    def below(self, means: dict[tuple[str, str], float]) -> list[str]:
+        """A warning for each probe on which every objective's score (`means`: (measure,
+        objective) → mean at the full budget) is at or below its floor, and one for all of
+        them: verdicts between such scores compare failures."""
+        found = []
+        for measure, floor in self.by_measure.items():
+            scores = {o: mean for (m, o), mean in means.items() if m == measure}
+            if scores and all(mean <= floor["value"] for mean in scores.values()):
+                shown = ", ".join(f"{o} {mean:.4f}" for o, mean in scores.items())
+                found.append(f"{measure}: every objective scored at or below the bag-of-words "
+                             f"floor {floor['value']:.4f} ({shown})")
+        if found and len(found) == len(self.by_measure):
+            found.append("every probe scored below its bag-of-words floor: the models learned "
+                         "less from the probes than word counts give, so the probes' verdicts "
+                         "compare failures")
+        return found
+
     def to_dict(self) -> dict:
         return {"baselines": self.by_measure,
                 **({"baselines_left_out": self.left_out} if self.left_out else {})}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -47,16 +48,21 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     data = str(dataset.path)
     subs = sub_runs(cfg, dataset)  # checks every objective and budget before writing
     out = Path(cfg.out)
-    _claim(out, cfg, data)
     left = [sub for sub in subs if not finished(sub)]
-    print(status_line(subs, left))
-    floors = probe_floors(cfg.probes)  # before training: a probe file that fails, fails now
-    _run_all(left, cfg, data, progress)
+    with _cluster(cfg, left):  # joined before anything is written: a refusal leaves nothing
+        _claim(out, cfg, data)
+        print(status_line(subs, left))
+        floors = probe_floors(cfg.probes)  # before training: a probe file that fails, fails now
+        _run_all(left, cfg, data, progress)
     analysis = analyse(cfg, subs)
     record = write_report(cfg, analysis, Path(data), out, floors)
     print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
     for line in analysis.verdict_lines:
         print(f"  {line}")
+    full = max(cfg.fractions)
+    for line in floors.below({(r.measure, r.objective): r.mean for r in analysis.rows
+                              if r.fraction == full}):
+        print(f"  warning: {line}")
     if floors.by_measure:
         print("bag-of-words floors (a probe's score below its floor is a warning):")
     for measure, floor in floors.by_measure.items():
@@ -98,6 +104,15 @@ def _design_fields(cfg: CompareConfig) -> dict:
 
     found = {k: v for k, v in asdict(cfg).items() if k not in FREE_FIELDS}
     return json.loads(json.dumps(found))  # tuples as lists, as read back
+
+
+def _cluster(cfg: CompareConfig, left: list[SubRun]) -> AbstractContextManager:
+    """The Ray cluster joined for the sub-runs `left`, or nothing to join."""
+    if cfg.cluster != "ray" or not left:
+        return nullcontext()
+    from lmlab.compare.cluster import joined_cluster
+
+    return joined_cluster(cfg)
 
 
 def _run_all(left: list[SubRun], cfg: CompareConfig, data: str, progress: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lmlab.train.budget import parse_count
+from lmlab.config.budget import parse_count
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from lmlab.compare.plan import USEFUL_PASSES, Candidate, Plan
 from lmlab.compare.plan_budget import Budget
 from lmlab.compare.plan_timing import MIN_TIMING_SECONDS, TIMING_SHARE
+from lmlab.config.budget import format_count
 from lmlab.eval.report import text_table
-from lmlab.train.budget import format_count
 
 HEADER = ["model", "parameters", "non-embedding", "FLOPs/token", "tokens/s", "tokens",
           "minutes", "tokens/param", "passes", "fit: loss above best"]

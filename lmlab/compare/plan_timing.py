@@ -26,9 +26,9 @@ from lmlab.model import LanguageModel
 from lmlab.train.step import step_seconds
 
 if TYPE_CHECKING:
+    from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import Dataset
     from lmlab.objectives.base import Objective
-    from lmlab.train.config import TrainConfig
 
 TIMING_SHARE = 0.05  # of the budget's training time, at most, spent timing sizes
 MIN_TIMING_SECONDS = 5.0  # what a plan may spend however small its budget

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lmlab.atomic import write_text_atomic
-from lmlab.compare.analysis import Analysis
+from lmlab.atomic import hash_file, write_text_atomic
+from lmlab.compare.analysis import Analysis, Row
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
 from lmlab.compare.floors import Floors
@@ -29,9 +29,7 @@ def file_digest(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(path.name.encode())
-        with open(path, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
+        hash_file(digest, path)
     return digest.hexdigest()
 
 
@@ -101,6 +99,11 @@ def _inline(path: Path) -> str:
     return f'<img alt="{path.stem}" src="data:image/png;base64,{encoded}">'
 
 
+def _spread(row: Row) -> str:
+    """The standard deviation over seeds; one seed has none."""
+    return f"{row.seed_std:.2g}" if len(row.seed_means) > 1 else "— (one seed)"
+
+
 def _table(header: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
@@ -112,7 +115,7 @@ def _verdicts(analysis: Analysis) -> str:
     """The verdict table, and a sentence for each pair that shares no measure, so an empty
     table never stands without its reason."""
     table = _table(["measure", "A", "B", "verdict"],
-                   [[v.verdict.measure, v.a, v.b, v.verdict.text] for v in analysis.verdicts])
+                   [[v.verdict.measure, v.a, v.b, v.text] for v in analysis.verdicts])
     return ((table if analysis.verdicts else "")
             + "".join(f"<p>{html.escape(line)}.</p>" for line in analysis.apart))
 
@@ -143,7 +146,7 @@ def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
     full = max(cfg.fractions)
     scores = _table(["measure", "objective", "budget", "FLOPs", "mean", "sd over seeds"],
                     [[r.measure, r.objective, f"{r.fraction:g}", f"{r.flops:.3g}",
-                      f"{r.mean:.4g}", f"{r.seed_std:.2g}"] for r in analysis.rows])
+                      f"{r.mean:.4g}", _spread(r)] for r in analysis.rows])
     ledger = _table(["objective", "budget", "seed", "steps", "tokens", "FLOPs",
                      "supervised predictions", "seconds"],
                     [[e["objective"], f"{e['fraction']:g}", e["seed"], e["steps"], e["tokens"],

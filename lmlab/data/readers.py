@@ -323,16 +323,23 @@ def _read_delimited(path: Path, options: ReadOptions, records: _Records) -> Iter
                 continue
             if not row:
                 continue
-            if not tsv and reader.line_num > start and '"' not in last_line[0]:
-                # A quoted cell over several lines ends with a quote on its last line; without
-                # one, csv has read to the end of the file inside a quote that never closed.
-                raise DataError("a quote opened in this row is never closed, so the rest of "
-                                "the file was read as one cell", path, start)
+            if not tsv and quote_never_closed(start, reader.line_num, last_line[0]):
+                raise DataError(UNCLOSED_QUOTE, path, start)
             if column >= len(row):
                 records.reject("short_row", f"the row has {len(row)} cells, so no "
                                f"{options.text_field!r}", reader.line_num)
                 continue
             yield records.accept(row[column])
+
+
+UNCLOSED_QUOTE = ("a quote opened in this row is never closed, so the rest of the file was "
+                  "read as one cell")
+
+
+def quote_never_closed(first_line: int, last_line_number: int, last_line: str) -> bool:
+    """Whether a CSV row read from `first_line` to `last_line_number` ran into the end of the
+    file inside a quote: a quoted cell over several lines ends with a quote on its last line."""
+    return last_line_number > first_line and '"' not in last_line
 
 
 def _read_parquet(path: Path, options: ReadOptions, records: _Records) -> Iterator[str]:

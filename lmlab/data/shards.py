@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lmlab.atomic import sha256_of
 from lmlab.data.errors import DataError
 
 OFFSET_DTYPE = np.dtype("<i8")
-HASH_CHUNK_BYTES = 1 << 20
 COPY_TOKENS = 1 << 20  # tokens copied at a time when parts are joined
 
 
@@ -32,14 +32,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     if vocab_size <= 2**32:
         return np.dtype(np.uint32)
     raise DataError(f"a vocabulary of {vocab_size} ids does not fit in uint32 token shards")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def pack_documents(documents: list[list[int]], eos: int, dtype: np.dtype) -> np.ndarray:
@@ -123,8 +115,8 @@ class TokenWriter:
         return {"documents": self.documents.rows, "tokens": self.num_tokens,
                 "sentences": self.sentences.rows, "dtype": self.dtype.name,
                 "sha256": {"tokens": self.hash.hexdigest(),
-                           "documents": file_sha256(self.documents.path),
-                           "sentences": file_sha256(self.sentences.path)}}
+                           "documents": sha256_of(self.documents.path),
+                           "sentences": sha256_of(self.sentences.path)}}
 
 
 def sentence_spans(starts: np.ndarray, text_stops: np.ndarray,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,10 @@ def read_tokenizer(directory: Path) -> Tokenizer:
 
 
 def read_hf_directory(directory: Path, allow_pickle: bool = False) -> HFModel:
+    if directory.is_file():
+        raise HFImportError(f"{directory} is a file, not a model lmlab imports: give a Hugging "
+                            "Face model directory (config.json, weights, tokenizer) or a .gguf "
+                            "file")
     if not directory.is_dir():
         raise HFImportError(f"{directory}: no such directory")
     if not (directory / "config.json").is_file():
@@ -175,8 +180,10 @@ def read_gguf(path: Path) -> HFModel:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             directory, gguf_file=name, dtype=torch.float32)
         fast = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, struct.error):  # gguf's reader ran past the end of the file
+            reason = f"it ends early: is it cut short? {reason}"
         raise HFImportError(f"{path}: transformers cannot read this GGUF file ({reason})") from None
     rows = model.get_input_embeddings().weight.shape[0]
     tokenizer = _within(without_padding_or_truncation(fast.backend_tokenizer), rows)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
+from lmlab.config.training import LoopConfig
 from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
-from lmlab.train.config import LoopConfig
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 
@@ -60,6 +60,9 @@ class FinetuneConfig(LoopConfig):
         "none", "classify, pairs: also fit a bag-of-words floor (bow: logistic regression on "
                 "tf-idf word 1-2-grams) on the same training rows, scored beside the model; "
                 "needs pip install 'lmlab[baselines]'")
+    class_weights: Literal["none", "balanced"] = documented(
+        "none", "classify, pairs: balanced weighs each label's loss by training rows / "
+                "(labels × its rows), so that a rare label counts as much as a common one")
     pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run: best "
                                                     "(lowest validation loss), last, or a name")
     # Fine-tuning's own defaults for shared fields.
@@ -78,9 +81,15 @@ class FinetuneConfig(LoopConfig):
                                                     "each validation's new best and the end")
     log_every: int = documented(10, "steps between log lines in metrics.jsonl")
 
+    @property
+    def reads_task_files(self) -> bool:
+        """Whether it trains on --train and scores --validation (distillation from raw text
+        does not)."""
+        return True
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.train is None or self.validation is None:
+        if self.reads_task_files and (self.train is None or self.validation is None):
             raise ValueError("fine-tuning needs --train and --validation files")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
@@ -88,6 +97,9 @@ class FinetuneConfig(LoopConfig):
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         if self.baseline != "none":
             check_floor_applies(self.task, self.baseline)
+        if self.class_weights != "none" and self.task not in ("classify", "pairs"):
+            raise ValueError(f"class_weights weighs labels: it is for classify and pairs, not "
+                             f"{self.task}")
         for name in ("train_where", "validation_where", "test_where"):
             where = getattr(self, name)
             if where is not None and "=" not in where:

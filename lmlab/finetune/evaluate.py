@@ -10,8 +10,8 @@ from torch import nn
 from tqdm import tqdm
 
 from lmlab.finetune.base import Row, Task
+from lmlab.kernels.precision import autocast
 from lmlab.runs.schema import Reading
-from lmlab.train.precision import autocast
 
 
 @torch.inference_mode()

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.encoding import Encoder, Words
 from lmlab.finetune.evaluate import row_outputs
 from lmlab.finetune.formats import example_files
+from lmlab.finetune.readers import QAExample, TextExample
 from lmlab.finetune.registry import make_task
 from lmlab.runs import Run
 from lmlab.runs.run import RunLoadError, load_run
@@ -29,9 +30,10 @@ def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:
 
 def predict(run: Run | str | Path, texts: Sequence[str] | None = None,
             file: str | Path | None = None, all_scores: bool = False,
-            batch_size: int = 64) -> list[dict]:
+            batch_size: int = 64, with_inputs: bool = False) -> list[dict]:
     """One prediction per text, or per example of `file` (read as the task's training files
-    are; labels, if any, are ignored)."""
+    are; labels, if any, are not used). `with_inputs`: each prediction also holds what it was
+    made for, and the file's gold label or answers where it has them (`given`)."""
     if not isinstance(run, Run):
         run = load_run(run)
     task, cfg = fine_tuned_task(run)
@@ -49,4 +51,22 @@ def predict(run: Run | str | Path, texts: Sequence[str] | None = None,
     if not all_scores:
         for item in described:
             item.pop("scores", None)
+    if with_inputs:
+        described = [{**given(example), **item}
+                     for example, item in zip(examples, described, strict=True)]
     return described
+
+
+def given(example: TextExample | QAExample | Words) -> dict:
+    """The input of a prediction, and its gold label (or answers) when the file holds one. A
+    tagging file is read for its words alone, so its tags are not given."""
+    if isinstance(example, TextExample):
+        found = {"text": example.text}
+        if example.text_pair is not None:
+            found["text_pair"] = example.text_pair
+        return found if example.label is None else {**found, "gold": example.label}
+    if isinstance(example, QAExample):
+        found = {"question": example.question, "context": example.context}
+        answers = [text for text, _ in example.answers]
+        return {**found, "gold": answers} if answers else found
+    return {"text": " ".join(example.words)}

@@ -19,6 +19,7 @@ from itertools import chain, islice
 from pathlib import Path
 
 from lmlab.data.errors import DataError
+from lmlab.data.readers import UNCLOSED_QUOTE, quote_never_closed
 
 TEXT_COLUMN_GUESSES = ("text", "sentence", "content", "sentence1", "sentence_A", "premise",
                        "question")
@@ -97,7 +98,13 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Row]]:
 def _delimited_rows(path: Path) -> Iterator[tuple[int, Row]]:
     # TSV has no quoting: SST-2 sentences hold bare '"' characters that are text.
     tsv = path.suffix.lower() != ".csv"
-    reader = csv.reader(_lines(path), delimiter="\t" if tsv else ",",
+    last_line = [""]  # the line the latest row ends on
+
+    def lines() -> Iterator[str]:
+        for last_line[0] in _lines(path):
+            yield last_line[0]
+
+    reader = csv.reader(lines(), delimiter="\t" if tsv else ",",
                         quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
     header: list[str] | None = None
     while True:
@@ -108,6 +115,8 @@ def _delimited_rows(path: Path) -> Iterator[tuple[int, Row]]:
             return
         except csv.Error as error:
             raise DataError(f"cannot parse the row ({error})", path, line) from None
+        if not tsv and quote_never_closed(line, reader.line_num, last_line[0]):
+            raise DataError(UNCLOSED_QUOTE, path, line)
         if header is None:
             header = [name.strip() for name in row]
         elif any(cell.strip() for cell in row):

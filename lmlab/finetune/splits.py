@@ -3,11 +3,11 @@ chooses the best checkpoint) and an optional test, never the validation data aga
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmlab.atomic import sha256_of
 from lmlab.finetune.config import FinetuneConfig, where_filter
 from lmlab.finetune.formats import example_files
 
@@ -50,12 +50,4 @@ def same_data(first: tuple[str, str | None], second: tuple[str, str | None]) -> 
         return True
     return (first_path.is_file() and second_path.is_file()
             and first_path.stat().st_size == second_path.stat().st_size
-            and _digest(first_path) == _digest(second_path))
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+            and sha256_of(first_path) == sha256_of(second_path))

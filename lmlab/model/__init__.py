@@ -1,3 +1,6 @@
+"""The model, readable in one sitting: the backbone (transformer.py), attention, masks,
+layers, and the heads a run trains."""
+
 from lmlab.model.attention import KVCache
 from lmlab.model.masks import MaskSpec
 from lmlab.model.model import LanguageModel

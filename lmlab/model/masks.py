@@ -14,8 +14,8 @@ Padding is segment 0; a padding query sees only padding keys, a real query never
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -28,6 +28,9 @@ class MaskSpec:
     kind: Kind
     prefix_len: Tensor | None = None  # (B,) int, only for kind="prefix"
     segment_ids: Tensor | None = None  # (B, T) int, 0 = padding, 1.. = documents
+    # FlexAttention's BlockMask of the whole sequence, built before a compiled step
+    # (`with_block_mask`), outside its graph
+    built: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("bidirectional", "causal", "prefix"):
@@ -97,10 +100,18 @@ class MaskSpec:
 
         return mask_mod
 
+    def with_block_mask(self, length: int) -> MaskSpec:
+        """The spec with its (length, length) BlockMask built now: a compiled model then
+        finds it made, once per batch, outside its graph, and every layer shares it."""
+        return replace(self, built=self.block_mask(length, length))
+
     def block_mask(self, query_len: int, key_len: int):
         """FlexAttention's BlockMask of the policy, built once per MaskSpec and shape: every
         layer of a forward pass shares it, and blocks no query may see are skipped."""
         from torch.nn.attention.flex_attention import create_block_mask
+
+        if self.built is not None and tuple(self.built.seq_lengths) == (query_len, key_len):
+            return self.built
 
         built = self.__dict__.setdefault("_block_masks", {})  # frozen: a cache beside fields
         if (query_len, key_len) not in built:

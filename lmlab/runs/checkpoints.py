@@ -12,7 +12,6 @@ good checkpoint. `publish_checkpoint` writes one; training adds FSDP2 shards and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,7 +24,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save
 from torch import Tensor, nn
 
+from lmlab.atomic import sha256_of
+
 MANIFEST = "manifest.json"
+WEIGHTS = "model.safetensors"
 PREFIX = "step-"
 BEST = "best_checkpoint"  # the manifest's record of the run's best checkpoint when it was saved
 
@@ -51,14 +53,6 @@ class DamagedCheckpoint(CheckpointError):
         earlier = previous_checkpoint(self.checkpoint)
         return self.problem + (f"; load the previous one with {option} {earlier.name}"
                                if earlier else "")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def checkpoint_name(step: int) -> str:
@@ -92,6 +86,11 @@ def read_manifest(path: Path) -> dict:
                                       f"({error})") from None
 
 
+def weights_sha256(path: Path) -> str:
+    """The SHA-256 checkpoint `path`'s manifest records for its weights file."""
+    return read_manifest(path)["files"][WEIGHTS]
+
+
 def verify_checkpoint(path: Path) -> dict:
     """The manifest, after checking every file against its checksum."""
     manifest = read_manifest(path)
@@ -106,7 +105,7 @@ def verify_checkpoint(path: Path) -> dict:
 def load_weights(path: Path, model: nn.Module) -> None:
     """Verify checkpoint `path` and load its weights into `model` (tied weights included)."""
     verify_checkpoint(path)
-    file = path / "model.safetensors"
+    file = path / WEIGHTS
     try:  # safetensors reads tensors only: a pickle put there is refused, never run
         missing, unexpected = load_model(model, str(file), strict=False)
     except SafetensorError as error:
@@ -175,7 +174,7 @@ def publish_checkpoint(final: Path, step: int, tensors: dict[str, Tensor], state
     temporary = staging_dir(final)
     temporary.mkdir(parents=True, exist_ok=True)
     # Through Python file objects, so a failed write surfaces as the OSError behind it.
-    write_durably(temporary / "model.safetensors", lambda file: file.write(save(tensors)))
+    write_durably(temporary / WEIGHTS, lambda file: file.write(save(tensors)))
     write_durably(temporary / "state.pt", lambda file: torch.save(state, file))
     files = {p.name: sha256_of(p) for p in sorted(temporary.iterdir())}
     manifest = {"step": step, "files": files, **(metadata or {})}

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lmlab.atomic import atomic_write, make_directory
-from lmlab.runs.checkpoints import list_checkpoints, remove_unfinished
+from lmlab.runs.checkpoints import list_checkpoints, read_manifest, remove_unfinished
 from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config, write_run_config
 
 CONFIG = "config.json"
@@ -114,3 +114,9 @@ def _comparable(config: RunConfig) -> RunConfig:
     record of what was written there."""
     train = {k: v for k, v in config.train.items() if k not in ("resume", "overwrite")}
     return replace(config, train=train, tokenizer_sha256=None)
+
+
+def trained_steps(out: Path) -> int:
+    """The steps the run in `out` has trained, by its newest checkpoint (0 with none)."""
+    checkpoints = list_checkpoints(out / CHECKPOINTS)
+    return read_manifest(checkpoints[-1])["step"] if checkpoints else 0

@@ -3,12 +3,12 @@ function the command line uses, so a run answers the page as it answers the CLI.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import torch
 
 from lmlab.model import MaskSpec
+from lmlab.runs.metrics import metrics_rows
 from lmlab.runs.reading import encode, reading_document
 from lmlab.serve.curves import curves
 from lmlab.serve.errors import ApiError
@@ -96,12 +96,6 @@ def metrics(served: ServedRun, after: int) -> dict:
     """The rows of the run's metrics.jsonl from row `after` on, for curves that poll."""
     if not served.metrics_path.is_file():
         raise ApiError(404, f"run {served.name!r} has no metrics")
-    lines = served.metrics_path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for line in lines[after:]:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # the line training is writing right now
-            break
-    return {"rows": rows, "next": after + len(rows),
+    rows, following = metrics_rows(served.run.path, after)
+    return {"rows": rows, "next": following,
             "curves": curves(rows, served.main_metric)}

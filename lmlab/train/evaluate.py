@@ -12,10 +12,10 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lmlab.kernels.precision import autocast
 from lmlab.objectives.base import Objective
 from lmlab.objectives.losses import IGNORE_INDEX, targets_at
 from lmlab.train.distributed import Env, all_reduce_sum
-from lmlab.train.precision import autocast
 
 EVAL_SEED = 20240607
 

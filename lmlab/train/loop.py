@@ -21,14 +21,14 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from lmlab.config.budget import DEADLINE_LOG_POINTS, Deadline
+from lmlab.config.training import LoopConfig
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.checkpoints import BEST, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
-from lmlab.train.budget import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
-from lmlab.train.config import LoopConfig
 from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.optim import set_lr
 from lmlab.train.pace import Pace, Throughput

@@ -1,5 +1,6 @@
-"""What a run reports while it trains: metrics.jsonl (and the trackers fed from its records),
-a progress bar with rate and ETA, and the curves plot at the end."""
+"""What a run reports while it trains: metrics.jsonl (and the trackers fed from its records;
+lmlab.runs.metrics reads it back), a progress bar with rate and ETA, and the curves plot at
+the end."""
 
 from __future__ import annotations
 
@@ -13,25 +14,11 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from lmlab.atomic import atomic_write
+from lmlab.runs.layout import METRICS
+from lmlab.runs.metrics import read_metrics
 
 if TYPE_CHECKING:
     from lmlab.train.trackers import Tracker
-
-METRICS_FILE = "metrics.jsonl"
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-    return records
-
 
 class MetricsLog:
     """One JSON record per line, flushed as written, so a crash loses at most one line; each
@@ -42,7 +29,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, enable: bool = True,
                  trackers: Sequence[Tracker] = ()) -> None:
         self.run_dir, self.enable, self.trackers = Path(run_dir), enable, trackers
-        self.path = self.run_dir / METRICS_FILE
+        self.path = self.run_dir / METRICS
         self.file = None
         self.curves = None
         self.started = time.perf_counter()

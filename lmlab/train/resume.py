@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from lmlab.runs.checkpoints import list_checkpoints, read_manifest
+from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
 from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
 
@@ -60,8 +60,3 @@ def _saved(out: Path) -> RunConfig:
     except RunConfigError as error:
         raise RunDirError(f"{out / CONFIG}: {error}") from None
 
-
-def trained_steps(out: Path) -> int:
-    """The steps the run in `out` has trained, by its newest checkpoint (0 with none)."""
-    checkpoints = list_checkpoints(out / CHECKPOINTS)
-    return read_manifest(checkpoints[-1])["step"] if checkpoints else 0

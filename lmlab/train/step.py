@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.kernels import attention
 from lmlab.kernels.linear_cross_entropy import whole_logits_fit
+from lmlab.kernels.precision import autocast
 from lmlab.model import LanguageModel
 from lmlab.objectives.base import Objective
-from lmlab.objectives.batch import to_device
+from lmlab.objectives.batch import Batch, to_device
 from lmlab.objectives.losses import LossSum
 from lmlab.train import distributed
 from lmlab.train.optim import Optimizers
-from lmlab.train.precision import autocast
 
 
 @dataclass
@@ -44,8 +45,7 @@ def forward_loss(model, objective, compile_model: bool, one_graph: bool | None =
     one product and a plain cross-entropy, compiled with the model into one graph, wherever
     the logits fit the device's free memory (`whole_logits_fit`), else chunked.
 
-    Compiled, each head's `Positions` is padded to the objective's `target_bound`, so batches
-    whose target counts differ (masked LM) share one graph."""
+    Compiled, batches take the form of `compiled_form`, so that one graph serves them all."""
     inner = getattr(model, "module", model)  # under DDP, the model it wraps
     device = next(inner.parameters()).device
     if one_graph is None:
@@ -59,20 +59,30 @@ def forward_loss(model, objective, compile_model: bool, one_graph: bool | None =
         return objective.loss(objective.outputs(model, batch), batch)
 
     whole_graph = torch.compile(whole) if compile_model and one_graph else whole
-    bound = objective.target_bound if compile_model and isinstance(objective, Objective) \
-        else None
     fits: dict[int, bool] = {}  # by rows: free memory is read once per shape
 
     def run(batch) -> LossSum:
-        padded_to = None if bound is None else bound(*batch.input_ids.shape)
-        if padded_to is not None:
-            batch = batch.with_positions_padded(padded_to)
+        if compile_model:
+            batch = compiled_form(batch, objective, device)
         rows = batch.input_ids.numel()
         if one_graph and rows not in fits:
             fits[rows] = whole_logits_fit(rows, inner.cfg.vocab_size, device)
         return whole_graph(batch) if one_graph and fits[rows] else chunked(batch)
 
     return run
+
+
+def compiled_form(batch: Batch, objective, device: torch.device) -> Batch:
+    """The batch as a compiled step takes it, so that one graph serves every batch: each
+    head's positions padded to the objective's `target_bound`, and where attention runs on
+    FlexAttention, the block mask built here, once per batch, outside the graph."""
+    rows, length = batch.input_ids.shape
+    bound = objective.target_bound(rows, length) if isinstance(objective, Objective) else None
+    if bound is not None:
+        batch = batch.with_positions_padded(bound)
+    if device.type in attention.FLEX_DEVICES and batch.mask.needs_mask(length, length):
+        batch = replace(batch, mask=batch.mask.with_block_mask(length))
+    return batch
 
 
 def train_step(model, compute_loss, objective, micro_batches, env, precision,

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from lmlab.extras import require_extra
+from lmlab.config.training import trackers_named
 from lmlab.runs.layout import CONFIG
 from lmlab.runs.schema import read_run_config
-from lmlab.train.config import trackers_named
 
 PROJECT = "lmlab"  # MLflow's experiment, Trackio's and W&B's project, unless set otherwise
 
@@ -32,20 +31,11 @@ class Tracker(Protocol):
         """The end of the run (its curves, when they were drawn)."""
 
 
-def require_trackers(report_to: str | None) -> tuple[str, ...]:
-    """The trackers `report_to` names, each refused in one line, before anything is written,
-    when its package is missing."""
-    names = trackers_named(report_to)
-    for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
-        require_extra(name, name, f"--report-to {name}")
-    return names
-
-
 def open_trackers(report_to: str | None, run_dir: Path, resumed_at: int) -> list[Tracker]:
     """A tracker per name in `report_to` for the run in `run_dir` (its config.json written),
     which resumes after step `resumed_at` (0: a new run)."""
     run_dir = Path(run_dir)
-    names = require_trackers(report_to)
+    names = trackers_named(report_to)  # checked, packages too, when the config was made
     config = read_run_config(run_dir / CONFIG).to_json() if names else {}
     return [SINKS[name](run_dir, config, resumed_at) for name in names]
 

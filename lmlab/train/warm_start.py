@@ -23,11 +23,9 @@ from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head, VocabularyHead
 from lmlab.runs import Run
-from lmlab.runs.checkpoints import previous_checkpoint, read_manifest
+from lmlab.runs.checkpoints import previous_checkpoint, weights_sha256
 from lmlab.runs.layout import TOKENIZER
 from lmlab.runs.run import RunLoadError, load_run
-
-WEIGHTS = "model.safetensors"
 
 
 class InitError(ValueError):
@@ -76,7 +74,7 @@ def load_source(text: str) -> InitSource:
             f"; start from the previous one with --init {run_dir}:{earlier.name}"
             if earlier else "")) from None
     tokenizer = run_dir / TOKENIZER
-    return InitSource(run, text, read_manifest(run.checkpoint)["files"][WEIGHTS],
+    return InitSource(run, text, weights_sha256(run.checkpoint),
                       tokenizer.read_text() if tokenizer.is_file() else None)
 
 

@@ -48,6 +48,7 @@ class Engine:
 
     executor: str = "local"
     tasks: int | None = None
+    verbose: bool = False  # datatrove's own output too (else in WORK/logs, datatrove_quiet.py)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -94,9 +95,12 @@ def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs
     out = out.absolute()
     sources = [str(Path(source).absolute()) for source in sources]
     work = out.parent / f".{out.name}.datatrove"
+    from lmlab.data.preparation.datatrove_quiet import datatrove_logs_in
+
     try:
-        dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
-            sources, recipe, inputs, engine, work, staging))
+        with datatrove_logs_in(work / "logs" / "lmlab.log", engine.verbose):
+            dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
+                sources, recipe, inputs, engine, work, staging))
     except StageUnfinished:
         raise
     except DataError:  # the input's fault: nothing in the work folder can be reused
@@ -281,11 +285,11 @@ def _text(document) -> bytes:
 
 def _executor(engine: Engine, stage: Stage, logs: Path):
     if engine.executor == "local":
-        from datatrove.executor import LocalPipelineExecutor
+        from lmlab.data.preparation.datatrove_quiet import local_executor
 
-        return LocalPipelineExecutor(stage.pipeline, tasks=stage.tasks,
-                                     workers=min(stage.tasks, len(os.sched_getaffinity(0))),
-                                     logging_dir=str(logs))
+        return local_executor(engine.verbose)(
+            stage.pipeline, tasks=stage.tasks,
+            workers=min(stage.tasks, len(os.sched_getaffinity(0))), logging_dir=str(logs))
     if engine.executor == "ray":
         from datatrove.executor.ray import RayPipelineExecutor
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_run_arguments, check_input_file, read_texts
+from lmlab.commands.parsing import add_command, add_run_arguments, check_input_file, read_texts
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig
@@ -37,7 +37,9 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
                         help="a file in the task's format (a table: .tsv, .csv, .jsonl or "
                              "tab-separated; SQuAD JSON; CoNLL columns) or of plain text, one "
                              "text per line")
-    parser.add_argument("--json", action="store_true", help="one JSON object per input")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per input, with the input (and its gold label "
+                             "or answers, where the file has them)")
     parser.add_argument("--all-scores", action="store_true",
                         help="every label's score, not only the best label's")
     parser.add_argument("--batch-size", type=int, default=64, help="rows per forward pass")
@@ -63,7 +65,7 @@ def predict_command(args: argparse.Namespace) -> int:
                  and example_files(fine_tuned_task(run)[1]).holds(args.file))
     texts = None if task_file else read_texts(args.texts, args.file)
     found = predict(run, texts, args.file if task_file else None, args.all_scores,
-                    args.batch_size)
+                    args.batch_size, with_inputs=args.json)
     for item in found:
         print(json.dumps(item) if args.json else one_line(item))
     return 0

@@ -11,13 +11,15 @@ Parsing (defaults → a YAML or TOML file → command-line overrides) is generic
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from lmlab.config.budget import DEADLINE_VALIDATIONS, parse_count
 from lmlab.config.fields import check_choices, documented
+from lmlab.extras import require_extra
 from lmlab.objectives.options import ObjectiveOptions
-from lmlab.train.budget import DEADLINE_VALIDATIONS, parse_count
 
 # Steps between validations when neither the run nor its time budget decides.
 EVAL_EVERY_STEPS = 200
@@ -34,6 +36,32 @@ def trackers_named(report_to: str | None) -> tuple[str, ...]:
             raise ValueError(f"report_to: unknown tracker {name!r}; choose from "
                              f"{', '.join(TRACKERS)} (comma-separated)")
     return names
+
+
+# The module each tracker imports to start; importing it is the check that it works.
+TRACKER_MODULES = {"tensorboard": "torch.utils.tensorboard", "mlflow": "mlflow.tracking",
+                   "trackio": "trackio", "wandb": "wandb"}
+
+
+def require_trackers(report_to: str | None) -> tuple[str, ...]:
+    """The trackers `report_to` names, each refused in one line, before anything is written,
+    when its package is missing or installed but broken (it fails to import)."""
+    names = trackers_named(report_to)
+    for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
+        require_extra(name, name, f"--report-to {name}")
+        try:
+            importlib.import_module(TRACKER_MODULES[name])
+        except Exception as error:  # whatever a broken package raises, it is one line
+            raise ValueError(f"--report-to {name}: the installed {name} package fails to "
+                             f"import ({_first_line(error)}); reinstall it with pip install "
+                             f"--force-reinstall 'lmlab[{name}]', or leave out --report-to "
+                             f"{name}") from None
+    return names
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 Optimizer = Literal["auto", "adamw", "muon"]
@@ -104,7 +132,7 @@ class LoopConfig:
             raise ValueError(f"embedding_lr_scale must be a positive number, got {scale}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
-        trackers_named(self.report_to)
+        require_trackers(self.report_to)  # names and packages, once, before any work
         if self.optimizer == "muon" and not self.muon_runs:
             raise ValueError("--optimizer muon works with DDP and fp32 or bf16; use "
                              "--optimizer adamw with --distributed fsdp or --precision fp16")

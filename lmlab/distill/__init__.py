@@ -1,0 +1,1 @@
+"""Distillation: a smaller student taught by a teacher run (`lmlab distill`)."""

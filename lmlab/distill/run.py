@@ -1,0 +1,163 @@
+"""`lmlab distill TEACHER`: a fine-tuned teacher labels the task's training texts (and any
+unlabelled ones) with its scores; a student, cut from the teacher or fresh from a preset,
+learns them (and the given labels) on the one loop, and is saved as an ordinary fine-tuned
+run: predict, embed, export, serve and compare read it as any other."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from lmlab.distill.config import DistillConfig
+from lmlab.distill.general import distill_general
+from lmlab.distill.student import student_model
+from lmlab.distill.task import TEACHER, TaughtTask
+from lmlab.finetune.base import Row, Task
+from lmlab.finetune.config import default_lr
+from lmlab.finetune.data import TaskData
+from lmlab.finetune.encoding import Encoder
+from lmlab.finetune.evaluate import evaluate_task, row_outputs
+from lmlab.finetune.readers import TextExample
+from lmlab.finetune.registry import make_task
+from lmlab.finetune.results import write_results
+from lmlab.finetune.setup import FinetuneError, _run_config, read_splits
+from lmlab.model import LanguageModel
+from lmlab.model.heads import make_head
+from lmlab.runs import Run
+from lmlab.runs.checkpoints import load_checkpoint
+from lmlab.runs.run import load_run, pick_checkpoint
+from lmlab.runs.schema import Reading
+from lmlab.train import distributed
+from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
+from lmlab.train.loop import Training, run_training
+from lmlab.train.precision import grad_scaler
+from lmlab.train.schedule import Schedule
+from lmlab.train.setup import begin, micro_batches_per_step, start
+
+TASKS = ("classify", "pairs", "regress")  # one output per row, as the teacher's head gives
+
+
+def load_teacher(path: str | Path, general: bool) -> Run:
+    """The teacher: fine-tuned for one of TASKS, or, for general distillation (`general`),
+    pre-trained."""
+    teacher = load_run(path)
+    if general:
+        if teacher.task is not None:
+            raise FinetuneError(f"{path} is fine-tuned for {teacher.task.name}; general "
+                                "distillation (--data) needs a pre-trained teacher")
+        return teacher
+    if teacher.task is None or teacher.task.name not in TASKS:
+        found = "not fine-tuned" if teacher.task is None else f"fine-tuned for {teacher.task.name}"
+        raise FinetuneError(f"{path} is {found}; distill needs a teacher fine-tuned for "
+                            f"{', '.join(TASKS)}, or --data to distil a pre-trained one")
+    return teacher
+
+
+def taught_config(cfg: DistillConfig, teacher: Run) -> DistillConfig:
+    """`cfg` with the teacher's task, reading and row length; no dropout unless asked (the
+    teacher's soft labels regularise)."""
+    reading, settings = teacher.task.reading, teacher.config.train
+    return replace(cfg, task=teacher.task.name, attention=reading.attention,
+                   pooling=reading.pooling, max_len=cfg.max_len or settings["max_len"],
+                   dropout=0.0 if cfg.dropout is None else cfg.dropout)
+
+
+def unlabelled_examples(path: str | None) -> list[TextExample]:
+    if path is None:
+        return []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [TextExample(line, None, None, number) for number, line
+            in enumerate(lines, 1) if line.strip()]
+
+
+def with_teacher_outputs(rows: list[Row], teacher: Run, task: Task, reading: Reading,
+                         token_types: bool) -> list[Row]:
+    """`rows`, each carrying the teacher's scores for it (one pass, no gradient)."""
+    outputs = row_outputs(teacher.model, task, rows, reading, token_types)
+    scored = []
+    for row, output in zip(rows, outputs, strict=True):
+        scores = torch.as_tensor(output, dtype=torch.float32).reshape(-1)
+        logits = scores if task.label_type == torch.float32 else scores.clamp_min(1e-12).log()
+        scored.append(replace(row, extra={**row.extra, TEACHER: logits}))
+    return scored
+
+
+
+def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
+    """Distil the fine-tuned run at `teacher_path` into a student as `cfg` says; returns the
+    student's run directory."""
+    env = begin(cfg.seed)
+    teacher = load_teacher(teacher_path, general=cfg.data is not None)
+    teacher.model.to(env.device)
+    if cfg.data is not None:
+        out = distill_general(teacher, cfg, env)
+        distributed.teardown()
+        return out
+    cfg = taught_config(cfg, teacher)
+    splits = read_splits(cfg)
+    check_labels(cfg, splits.train, teacher)
+    task = make_task(cfg, teacher.task.labels)
+    model = student_model(teacher.model, cfg, lambda shape: {
+        task.head: make_head(task.head, shape, **task.head_options())}).to(env.device)
+    cfg = replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model))
+    reading, token_types = Reading(cfg.attention, cfg.pooling), model.cfg.type_vocab_size > 0
+    encoder = Encoder(teacher.require_tokenizer(), teacher.special, cfg.max_len, token_types)
+    taught_rows = with_teacher_outputs(
+        task.encode(splits.train + unlabelled_examples(cfg.unlabelled), encoder, training=True),
+        teacher, task, reading, token_types)
+    validation_rows = task.encode(splits.validation, encoder, training=False)
+    out = Path(cfg.out or f"runs/distill-{cfg.task}")
+    micro_size, _ = micro_batches_per_step(cfg, env)
+    started = start(cfg, env, out, _run_config(out, cfg, teacher, model, task), model,
+                    encoder.tokenizer.to_str(), budgets=())
+    if env.is_main:
+        print(f"distilling {teacher_path} ({teacher.model.cfg.n_layers} layers) into a "
+              f"{model.cfg.n_layers}-layer student, d={model.cfg.d_model}: "
+              f"{len(taught_rows)} rows, temperature {cfg.temperature}")
+    data = TaskData(TaughtTask(task, cfg.temperature, cfg.hard_weight), taught_rows, reading,
+                    token_types, cfg.batch_size, micro_size, cfg.seed, env.rank,
+                    env.world_size, group_by_length=not cfg.mixed_lengths)
+    run_training(_training(cfg, env, model, started, data, task, out, lambda: evaluate_task(
+        model, task, splits.validation, validation_rows, reading, token_types,
+        precision=cfg.precision)[0]))
+    if env.is_main:
+        load_checkpoint(pick_checkpoint(out, "best"), model)
+        results = write_results(out, model, task, splits, encoder, reading, cfg)
+        metric = task.main_metric
+        print(f"best validation {metric}: {results['validation'][metric]:.4f}"
+              + (f"; test {metric}: {results['test'][metric]:.4f}" if "test" in results
+                 else ""))
+    distributed.teardown()
+    return out
+
+
+def check_labels(cfg: DistillConfig, train: list, teacher: Run) -> None:
+    """Training labels must be the teacher's (a number task has none)."""
+    if cfg.task == "regress":
+        return
+    unknown = {example.label for example in train} - set(teacher.task.labels)
+    if unknown:
+        raise FinetuneError(f"{cfg.train} has labels the teacher does not know: "
+                            f"{', '.join(sorted(map(str, unknown)))}")
+
+
+def _training(cfg: DistillConfig, env, model: LanguageModel, started, data: TaskData,
+              task: Task, out: Path, validate) -> Training:
+    """The loop's inputs, as fine-tuning sets them: a validation every epoch, the best
+    checkpoint by the task's main metric."""
+    total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
+    started.state.total_steps = started.state.total_steps or total_steps
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
+    return Training(
+        cfg=replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
+                    checkpoint_every=cfg.checkpoint_every or total_steps),
+        env=env, model=model, train_model=started.train_model, optimizer=started.optimizer,
+        scaler=grad_scaler(cfg.precision, env.device), objective=data.task, data=data,
+        schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
+        validate=validate, headline=lambda metrics: -metrics[task.main_metric], out=out,
+        state=started.state,
+        flops_per_token=flops_per_token(model.cfg, cfg.max_len, predicted_fraction=0.0),
+        peak_flops=all_ranks_peak_flops(cfg.precision, env), scores=(task.main_metric,))

@@ -1,0 +1,98 @@
+"""lmlab's modules and the imports between them, read from the source (ast), not by importing:
+every `import` counts, at the top, inside a function or under TYPE_CHECKING alike, since
+each is a dependency the reader has to hold in mind."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lmlab"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _owner(name: str) -> str | None:
+    """The lmlab module that `name` (a module or a name inside one) comes from."""
+    while name and name not in modules():
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(module: str, node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {_owner(alias.name) for alias in node.names}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:  # relative: from the module's package upwards
+        package = module if modules()[module].name == "__init__.py" else module.rpartition(".")[0]
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*parts, base] if base else parts)
+    return {_owner(f"{base}.{alias.name}") for alias in node.names}
+
+
+@cache
+def imports() -> dict[str, frozenset[str]]:
+    """Each lmlab module → the lmlab modules it imports."""
+    graph = {}
+    for module, path in modules().items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found |= _imported(module, node)
+        graph[module] = frozenset(found - {None, module})
+    return graph
+
+
+def circles() -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    graph, index, low, stack, on_stack, found = imports(), {}, {}, [], set(), []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def reachable(module: str) -> set[str]:
+    """Every module `module` imports, directly or through others."""
+    seen, todo = set(), [module]
+    while todo:
+        for other in imports()[todo.pop()] - seen:
+            seen.add(other)
+            todo.append(other)
+    return seen
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")

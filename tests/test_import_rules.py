@@ -1,0 +1,100 @@
+"""DESIGN.md's import rules, held over the module graph read from the source
+(tests/module_graph.py: every import counts, lazy ones and TYPE_CHECKING ones too)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.module_graph import ROOT, circles, imports, reachable, within
+
+# (importer, imported): no module of the first package imports one of the second
+NEVER = [
+    ("lmlab.train", "lmlab.infer"),
+    ("lmlab.data", "lmlab.objectives"),
+    ("lmlab.infer", "lmlab.eval"),
+    ("lmlab.eval", "lmlab.infer"),
+    ("lmlab.finetune", "lmlab.infer"),  # both read text through runs/
+]
+MODEL_MAY_IMPORT = ("lmlab.model", "lmlab.config", "lmlab.kernels")
+CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare")
+# training, and a task's trainer: what reading a run must never load
+TRAINERS = ("lmlab.train", "lmlab.finetune.setup")
+# The objective lab trains its sub-runs and times candidate steps: these modules of compare/
+# drive training by design, and are the only consumers' modules that may reach it.
+TRAINING_DRIVERS = {
+    "lmlab.compare.subrun",  # pre-trains and fine-tunes one sub-run
+    "lmlab.compare.cluster",  # runs sub-runs on Ray
+    "lmlab.compare.plan_timing",  # times a few real steps of each candidate size
+}
+# Consumers' modules that still reach training through a module they import, each named so
+# the list can only shrink.
+STILL_REACHING: set[str] = set()
+
+
+def _offending(importer: str, imported: str) -> list[tuple[str, str]]:
+    return sorted((module, other) for module, others in imports().items()
+                  if within(module, importer) for other in others if within(other, imported))
+
+
+def test_no_import_circles():
+    assert circles() == []
+
+
+@pytest.mark.parametrize("importer, imported", NEVER)
+def test_a_package_never_imports_another(importer, imported):
+    assert _offending(importer, imported) == []
+
+
+def test_the_model_imports_only_config_and_kernels():
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, "lmlab.model") for other in others
+                     if not any(within(other, allowed) for allowed in MODEL_MAY_IMPORT))
+    assert outside == []
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_consumers_never_reach_training(consumer):
+    reaching = sorted(
+        module for module in imports() if within(module, consumer)
+        and module not in TRAINING_DRIVERS | STILL_REACHING
+        and any(within(other, trainer) for other in reachable(module)
+                for trainer in TRAINERS if not _through_a_driver(module, other)))
+    assert reaching == []
+
+
+def test_the_exceptions_are_still_needed():
+    """A module that no longer reaches training leaves STILL_REACHING."""
+    trainers = [module for module in imports() if any(within(module, t) for t in TRAINERS)]
+    for module in STILL_REACHING:
+        assert any(not _through_a_driver(module, t) for t in trainers if t in reachable(module)), \
+            module
+
+
+def _through_a_driver(module: str, other: str) -> bool:
+    """Whether every way from `module` to `other` passes through a training driver."""
+    seen, todo = set(), [module]
+    while todo:
+        for step in imports()[todo.pop()] - seen - TRAINING_DRIVERS:
+            if step == other:
+                return False
+            seen.add(step)
+            todo.append(step)
+    return True
+
+
+def test_serving_loads_no_trainer():
+    """`lmlab serve`, as it runs: every module of serve/ imported, no training module with it."""
+    serve = [module for module in imports() if within(module, "lmlab.serve")]
+    code = (f"import sys; import {', '.join(serve)}; "
+            "print([m for m in sys.modules if m.startswith('lmlab.train') "
+            "or m == 'lmlab.finetune.setup'])")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_the_rules_see_the_whole_package():
+    """A graph that read nothing would pass every rule above."""
+    assert len(imports()) > 150
+    assert "lmlab.train.loop" in reachable("lmlab.train.pretrain")
