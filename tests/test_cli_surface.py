@@ -28,7 +28,7 @@ SURFACE = {
                 "--steps",
                 "--student", "--temperature", "--test", "--test-where", "--text-column",
                 "--train", "--train-where", "--unlabelled", "--validation", "--validation-where",
-                "--warmup-steps", "--weight-decay"],
+                "--warmup-steps", "--weight-decay", "--width"],
     "embed": ["--batch-size", "--checkpoint", "--device", "--file", "--help", "--ids",
               "--no-normalize", "--normalize", "--out", "--pooling", "--threads"],
     "eval": ["--batch-tokens", "--checkpoint", "--data", "--device", "--group-by", "--help",
