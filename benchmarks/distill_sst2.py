@@ -49,6 +49,20 @@ def test_accuracy(run: Path) -> float:
     return round(json.loads((run / "results.json").read_text())["test"]["accuracy"], 4)
 
 
+def seed_accuracies(out: Path) -> dict:
+    """Test accuracy over the seeds `lmlab finetune --seeds` ran into `out` (one seed: `out` is
+    the run itself)."""
+    if (out / "seeds.json").is_file():
+        return {key: value for key, value in json.loads((out / "seeds.json").read_text())
+                ["test"]["accuracy"].items()}
+    return summary([test_accuracy(out)])
+
+
+def bag_of_words(out: Path) -> dict | None:
+    found = out / ("seeds.json" if (out / "seeds.json").is_file() else "results.json")
+    return json.loads(found.read_text()).get("baseline")
+
+
 def summary(values: list[float]) -> dict:
     mean = sum(values) / len(values)
     spread = (sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)) ** 0.5
@@ -79,14 +93,13 @@ def teacher(args, work: Path, splits) -> dict:
     lmlab("finetune", imported, "--task", "classify", "--train", train, "--validation",
           selection, "--test", test, "--epochs", args.epochs, "--max-len", 64, "--seeds",
           args.seeds, "--baseline", "bow", "--out", out, "--overwrite")
-    seeds = json.loads((out / "seeds.json").read_text())
-    return {"test_accuracy": {k: round(v, 4) if isinstance(v, float) else v
-                              for k, v in seeds["test"]["accuracy"].items()},
-            "bag_of_words": seeds.get("baseline"), **cost.taken()}
+    return {"test_accuracy": seed_accuracies(out), "bag_of_words": bag_of_words(out),
+            **cost.taken()}
 
 
 def teacher_run(work: Path) -> Path:
-    return work / "teacher" / "seed-0"
+    out = work / "teacher"
+    return out / "seed-0" if (out / "seed-0").is_dir() else out
 
 
 def distilled(args, work: Path, splits, student: list[str], name: str) -> dict:
@@ -134,8 +147,7 @@ def general(args, work: Path, splits) -> dict:
     lmlab("finetune", student, "--task", "classify", "--train", train, "--validation",
           selection, "--test", test, "--epochs", args.epochs, "--max-len", 64, "--seeds",
           args.seeds, "--out", out, "--overwrite")
-    seeds = json.loads((out / "seeds.json").read_text())
-    return {"layers": layers, "test_accuracy": seeds["test"]["accuracy"],
+    return {"layers": layers, "test_accuracy": seed_accuracies(out),
             "general_distillation": distilled_cost, **cost.taken()}
 
 

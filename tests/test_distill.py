@@ -100,6 +100,18 @@ def test_a_distilled_run_predicts_as_any_fine_tuned_run(teacher, tmp_path, capsy
     assert {json.loads(line)["label"] for line in stdout.splitlines()} <= {"pos", "neg"}
 
 
+def test_a_narrowed_student_predicts(teacher, tmp_path, capsys):
+    path, train, dev = teacher
+    out = tmp_path / "narrow"
+    code, stdout, err = run_cli(capsys, "distill", path, "--layers", "1", "--width", "0.5",
+                                "--train", train, "--validation", dev, "--out", out, "--steps",
+                                "2", "--batch-size", "16")
+    assert code == 0, err
+    saved = json.loads((out / "config.json").read_text())["model"]
+    assert (saved["n_heads"], saved["ffn_size"]) == (1, 128)
+    assert run_cli(capsys, "predict", out, "the cat good")[0] == 0
+
+
 def test_a_preset_student_trains_from_scratch(teacher, tmp_path, capsys):
     path, train, dev = teacher
     code, stdout, _ = run_cli(capsys, "distill", path, "--student", "modern-tiny", "--train",
@@ -112,6 +124,7 @@ def test_a_preset_student_trains_from_scratch(teacher, tmp_path, capsys):
     ([], "give the student as --layers N"),
     (["--layers", "1", "--student", "bert-tiny"], "one of them"),
     (["--layers", "9"], "keep 1 to 2"),
+    (["--student", "bert-tiny", "--width", "0.5"], "--width takes a share"),
 ])
 def test_bad_input_is_one_line(teacher, tmp_path, capsys, extra, message):
     path, train, dev = teacher
@@ -186,3 +199,61 @@ def test_general_distillation_refuses_data_of_another_tokenizer(runs, tmp_path, 
     code, _, err = run_cli(capsys, "distill", runs["mlm"], "--data", tmp_path / "other",
                            "--layers", "1", "--out", tmp_path / "s")
     assert code == 1 and "teacher's tokenizer" in err and len(err.strip().splitlines()) == 1
+
+
+def masked_teacher(teacher: LanguageModel, student: LanguageModel) -> LanguageModel:
+    """The teacher with the pruned heads' output columns and the pruned neurons' output
+    columns zeroed, which computes what the narrow student computes."""
+    import copy
+
+    masked = copy.deepcopy(teacher)
+    dim = teacher.cfg.head_dim
+    for wide, narrow in zip(masked.backbone.blocks, student.backbone.blocks, strict=True):
+        out = wide.attn.out.weight.detach()
+        kept = {i for i in range(teacher.cfg.n_heads) for j in range(student.cfg.n_heads)
+                if torch.equal(out[:, i * dim:(i + 1) * dim],
+                               narrow.attn.out.weight.detach()[:, j * dim:(j + 1) * dim])}
+        with torch.no_grad():
+            for head in set(range(teacher.cfg.n_heads)) - kept:
+                wide.attn.out.weight[:, head * dim:(head + 1) * dim] = 0
+            down = wide.mlp.down.weight
+            keep = [any(torch.equal(down[:, i], narrow.mlp.down.weight[:, j])
+                        for j in range(student.cfg.ffn_dim)) for i in range(down.shape[1])]
+            down[:, [i for i, k in enumerate(keep) if not k]] = 0
+    return masked
+
+
+@pytest.mark.parametrize("family", ["bert-tiny", "modern-tiny"])
+def test_pruning_keeps_the_important_units_and_their_function(family):
+    from lmlab.distill.prune import prune_width
+    from lmlab.model import MaskSpec
+
+    torch.manual_seed(0)
+    cfg = preset(family, 100, 32).with_changes(n_heads=4, dropout=0.0)
+    heads = lambda shape: {"classify": make_head("classify", shape, num_labels=2)}  # noqa: E731
+    teacher = LanguageModel(cfg, heads=heads(cfg)).eval()
+    ids = torch.randint(5, 100, (2, 10))
+    mask = MaskSpec("bidirectional")
+    same = prune_width(teacher, 1.0, heads).eval()
+    assert torch.equal(same(ids, mask)["classify"], teacher(ids, mask)["classify"])
+    narrow = prune_width(teacher, 0.5, heads).eval()
+    assert (narrow.cfg.n_heads, narrow.cfg.ffn_dim) == (2, cfg.ffn_dim // 2)
+    expected = masked_teacher(teacher, narrow)(ids, mask)["classify"]
+    assert torch.allclose(narrow(ids, mask)["classify"], expected, atol=1e-5)
+
+
+def test_pruning_keeps_the_heaviest_head_and_neuron():
+    from lmlab.distill.prune import prune_width
+
+    torch.manual_seed(0)
+    cfg = preset("bert-tiny", 100, 32).with_changes(n_heads=4)
+    heads = lambda shape: {}  # noqa: E731
+    teacher = LanguageModel(cfg, heads=heads(cfg))
+    block = teacher.backbone.blocks[0]
+    with torch.no_grad():
+        block.attn.out.weight[:, 48:64] *= 10  # head 3 (of width 16)
+        block.mlp.down.weight[:, 7] *= 10
+    narrow = prune_width(teacher, 0.25, heads)
+    assert torch.equal(narrow.backbone.blocks[0].attn.out.weight, block.attn.out.weight[:, 48:])
+    kept = narrow.backbone.blocks[0].mlp.down.weight
+    assert any(torch.equal(kept[:, j], block.mlp.down.weight[:, 7]) for j in range(64))

@@ -15,6 +15,9 @@ class DistillConfig(FinetuneConfig):
         None, "texts without labels, one per line, that the teacher labels for the student")
     layers: int | None = documented(
         None, "cut the student from the teacher: keep this many evenly spaced layers")
+    width: float | None = documented(
+        None, "with --layers: keep this share of every layer's attention heads and MLP "
+        "neurons, the most important by weight magnitude")
     student: str | None = documented(
         None, "or a fresh student of this preset (e.g. modern-tiny), with the teacher's "
         "tokenizer")
@@ -38,5 +41,10 @@ class DistillConfig(FinetuneConfig):
         if (self.layers is None) == (self.student is None):
             raise ValueError("give the student as --layers N (cut from the teacher) or "
                              "--student PRESET, one of them")
+        if self.class_weights != "none":  # the soft labels carry the teacher's balance
+            raise ValueError("--class-weights is for lmlab finetune; a student learns the "
+                             "teacher's scores")
+        if self.width is not None and (self.layers is None or not 0 < self.width <= 1):
+            raise ValueError("--width takes a share in (0, 1] of a student cut with --layers")
         if not self.temperature > 0 or self.hard_weight < 0:
             raise ValueError("--temperature must be positive and --hard-weight at least 0")

@@ -1,7 +1,7 @@
-"""General distillation: a student learns a pre-trained teacher's signals (lmlab.distill.
-signals) on the blocks of a prepared dataset, on the one loop, and is saved as a pre-trained
-run (masked LM with its head, or a bare encoder when it imitated relations alone) that
-`lmlab finetune` and the other commands read as any other."""
+"""General distillation: a student learns a pre-trained teacher's signals (signals.py) on the
+blocks of a prepared dataset, on the one loop, and is saved as a pre-trained run (masked LM
+with its head, or a bare encoder when it imitated relations alone) that `lmlab finetune` and
+the other commands read as any other."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lmlab.config import ModelConfig
+from lmlab.distill.prune import prune_width
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head
 from lmlab.presets import preset
@@ -46,10 +47,12 @@ def cut_from(teacher: LanguageModel, keep: int, heads: HeadsFor) -> LanguageMode
 
 
 def student_model(teacher: LanguageModel, cfg, heads: HeadsFor) -> LanguageModel:
-    """`cfg.layers` cut from the teacher, or a fresh `cfg.student` preset, with `heads`."""
-    if cfg.layers is not None:
-        return cut_from(teacher, cfg.layers, heads)
-    return from_preset(teacher, cfg.student, heads)
+    """`cfg.layers` cut from the teacher, narrowed to `cfg.width` when given, or a fresh
+    `cfg.student` preset, with `heads`."""
+    if cfg.layers is None:
+        return from_preset(teacher, cfg.student, heads)
+    student = cut_from(teacher, cfg.layers, heads)
+    return student if cfg.width is None else prune_width(student, cfg.width, heads)
 
 
 def from_preset(teacher: LanguageModel, name: str, heads: HeadsFor) -> LanguageModel:
