@@ -67,9 +67,7 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
     cfg = pretrained.cfg.with_changes(dropout=dropout)
     model = LanguageModel(cfg, heads={task.head: make_head(task.head, cfg, **task.head_options())})
     model.backbone.load_state_dict(pretrained.backbone.state_dict())
-    head = model.heads[task.head]
-    if hasattr(head, "pooler") and "nsp" in pretrained.heads:
-        head.pooler.load_state_dict(pretrained.heads["nsp"].pooler.state_dict())
+    model.heads[task.head].start_from(pretrained.heads)
     return model
 
 
