@@ -227,6 +227,18 @@ def device_facts(device: torch.device) -> tuple[str, float]:
     return name, device_peak_flops(device, torch.bfloat16)
 
 
+def checkout_commit() -> str | None:
+    """The commit of the checkout measured, where it is a git checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
@@ -242,7 +254,7 @@ def main() -> None:
     device = torch.device(args.device)
     started = time.perf_counter()
     name, peak = device_facts(device)
-    results = {"device": name, "torch": torch.__version__,
+    results = {"device": name, "torch": torch.__version__, "commit": checkout_commit(),
                "peak_bf16_tflops": round(peak / 1e12, 1), "tiny": args.tiny,
                "machine": machine(gpu=name if device.type == "cuda" else None,
                                   cpus_used=torch.get_num_threads()),

@@ -30,8 +30,11 @@ def pretrain_defaults(tiny: bool, seconds: float, device, notes: list[str]) -> d
     """The row: tokens/s of `lmlab pretrain` run for `seconds` after its first log line."""
     arguments = COMMANDS[tiny]
     with tempfile.TemporaryDirectory() as work:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        # the built-in corpus prepared in the check's own folder: a fresh machine's home may
+        # hold none, or not be writable
+        env.setdefault("LMLAB_CACHE_DIR", str(Path(work) / "cache"))
         if device.type == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # the check's device, even on a GPU machine
         log = Path(work) / "output.txt"
@@ -41,8 +44,8 @@ def pretrain_defaults(tiny: bool, seconds: float, device, notes: list[str]) -> d
                                        stderr=subprocess.STDOUT)
             records = _run_for(process, Path(work) / "runs" / "clm" / "metrics.jsonl",
                                seconds)
-        head = [line for line in log.read_text(errors="replace").splitlines()
-                if line.strip() and not PROGRESS.search(line)][:HEAD_LINES]
+        said = [line for line in log.read_text(errors="replace").splitlines()
+                if line.strip() and not PROGRESS.search(line)]
     rates = [r["tokens_per_second"] for r in records[1:]] or [
         r["tokens_per_second"] for r in records]
     if not rates:
@@ -52,7 +55,8 @@ def pretrain_defaults(tiny: bool, seconds: float, device, notes: list[str]) -> d
             "tokens_per_s": statistics.median(rates) if rates else None,
             "log_lines": len(records), "exit_code": process.returncode,
             "ms_per_step": None, "mfu": None, "vs_nanogpt": None, "vs_hf": None,
-            "repeats": len(rates), "output_head": head}
+            "repeats": len(rates), "output_head": said[:HEAD_LINES],
+            "output_tail": said[HEAD_LINES:][-HEAD_LINES:]}
 
 
 def _run_for(process: subprocess.Popen, metrics: Path, seconds: float) -> list[dict]:

@@ -6,16 +6,16 @@ import argparse
 import signal
 import sys
 
-from lmlab.command_line import HelpFormatter, unknown_option_message
+from lmlab.commands.compare import add_compare_commands
 from lmlab.commands.distill import add_distill_command
+from lmlab.commands.eval import add_eval_command
+from lmlab.commands.export import add_export_commands
+from lmlab.commands.finetune import add_finetune_commands
+from lmlab.commands.infer import add_infer_commands
+from lmlab.commands.parsing import CommandParser, HelpFormatter, unknown_option_message
 from lmlab.commands.prepare import add_prepare_command
 from lmlab.commands.pretrain import add_pretrain_command
-from lmlab.compare.commands import add_compare_commands
-from lmlab.eval.commands import add_eval_command
-from lmlab.export.commands import add_export_commands
-from lmlab.finetune.commands import add_finetune_commands
-from lmlab.infer.commands import add_infer_commands
-from lmlab.serve.commands import add_serve_command
+from lmlab.commands.serve import add_serve_command
 
 # Errors that describe bad input or a run that cannot go on: one line, no traceback. Anything
 # else is a bug in lmlab and keeps its traceback. Named by module, as the command line imports
@@ -34,7 +34,8 @@ def is_user_error(error: BaseException) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmlab", description=__doc__,
                                      formatter_class=HelpFormatter, allow_abbrev=False)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=CommandParser)
     add_prepare_command(commands)
     add_pretrain_command(commands)
     add_eval_command(commands)

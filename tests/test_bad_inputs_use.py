@@ -124,7 +124,10 @@ def test_a_full_disk_in_prepare_names_the_dataset_and_leaves_nothing(place, caps
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("lmlab.data.shards.TokenWriter.add", full)
-    code, err = run_case(place, "prepare {root}/text.txt --out {root}/full", capsys)
+    corpus = place / "corpus.jsonl"  # enough documents for both splits
+    corpus.write_text("".join(f'{{"text": "the cat sat on mat number {i}."}}\n'
+                              for i in range(100)))
+    code, err = run_case(place, "prepare {root}/corpus.jsonl --out {root}/full", capsys)
     assert code == 1
     assert error_line(err) == (f"lmlab: error: [Errno 28] No space left on device while "
                                f"writing the dataset {place / 'full'}")

@@ -45,7 +45,8 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     # A clock under the test's control: the timed micro-batch takes 0.25 s.
     readings = iter([100.0, 100.25])
     monkeypatch.setattr(step, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
-    steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4)
+    steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4,
+                                        announce=False)
     assert rows == [2]  # timed once (the run's deadline corrects it), on one micro-batch
     assert next(readings, None) is None  # the timing read the clock twice
     # the timing, times 4 micro-batches per step, fills the minute
@@ -60,7 +61,8 @@ def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
     # 1 s per micro-batch: 60 / (2 × 1 × overhead) = 26 steps in a minute
     monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
-    timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2)
+    timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2,
+                 announce=False)
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
     assert pretraining._total_steps(config, **timed) == 10
     monkeypatch.setattr(step, "time",

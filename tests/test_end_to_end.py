@@ -2,7 +2,8 @@
 on the real command line: `pretrain` → `eval` → `fill-mask` or `generate` (the other refused in
 one line) → `embed` → `finetune --task classify` → `predict` → `export` → `serve`'s API; at
 short contexts; under torchrun; and the same for runs imported from Hugging Face directories.
-Each command must exit 0 with no traceback and leave the files it promises."""
+Each command must exit 0 with no traceback and leave the files it promises; `export` must do
+what each objective's row of EXPORTS says: export, or refuse in one line giving that reason."""
 
 from __future__ import annotations
 
@@ -117,16 +118,40 @@ def predicted_labels(run, *texts: str) -> set[str]:
     return {json.loads(line)["label"] for line in lines}
 
 
-def exported_or_refused(run, out) -> None:
-    """`lmlab export` writes a directory transformers loads (it checks that itself), or
-    refuses in one line that says why."""
+BIDIRECTIONAL_DECODER = "reads part of its input bidirectionally"
+TUNED_BIDIRECTIONAL = "fine-tuned with bidirectional attention"
+POOLER = "pools through BERT's dense + tanh pooler"  # which decoders' classifiers lack
+# What `lmlab export` must do with each objective's pre-trained run and with that run
+# fine-tuned as a classifier: "exports", or words its one-line refusal must hold.
+EXPORTS = {
+    "mlm": ("exports", "exports"),
+    "mntp": ("predict each [MASK] at its own position", "exports"),
+    "clm": ("exports", POOLER),
+    "prefix": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
+    "span": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
+    "mlm+nsp": ("Hugging Face has no modernbert class with the heads", "exports"),
+    "rtd": ("Hugging Face has no modernbert class with the heads", "exports"),
+    "mix:clm=1,mlm=15": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
+    "alternate:span,prefix@1": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
+    "then:clm,mlm@0.5": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
+}
+
+
+def test_every_objective_states_what_export_must_do():
+    assert set(EXPORTS) == set(example_specs())
+
+
+def exported_or_refused(run, out, expected: str) -> None:
+    """`lmlab export` writes a directory transformers loads (it checks that itself) where
+    `expected` is "exports"; else it refuses in one line holding `expected`."""
     result = run_lmlab("export", run, "--out", out)
-    if result.returncode == 0:
+    if expected == "exports":
+        assert result.returncode == 0, result.stderr[-2000:]
         assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     else:
         assert result.returncode == 1 and not out.exists(), result.stderr[-2000:]
         errors = [line for line in result.stderr.splitlines() if line.startswith("lmlab: error")]
-        assert len(errors) == 1, result.stderr[-2000:]
+        assert len(errors) == 1 and expected in errors[0], result.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +170,9 @@ def test_finetune_then_predict(pretrained, tuned):
 
 
 def test_export_of_the_run_and_its_classifier(pretrained, tuned, tmp_path):
-    exported_or_refused(pretrained[1], tmp_path / "exported")
-    exported_or_refused(tuned, tmp_path / "exported-classifier")
+    run_expected, classifier_expected = EXPORTS[pretrained[0]]
+    exported_or_refused(pretrained[1], tmp_path / "exported", run_expected)
+    exported_or_refused(tuned, tmp_path / "exported-classifier", classifier_expected)
 
 
 def test_serve_answers_every_feature_a_run_offers(pretrained, tuned):
@@ -191,6 +217,8 @@ def test_hybrids_under_torchrun_end_with_their_summary(spec, data, tmp_path):
 # An encoder without its MLM head, as sentence-transformers models are; two decoders.
 IMPORTED = {"bert-encoder": (saved_bert, {"class_name": "BertModel"}), "gpt2": (saved_gpt2, {}),
             "llama": (saved_llama, {})}
+# and what export must do with each fine-tuned as a classifier
+IMPORTED_CLASSIFIER_EXPORTS = {"bert-encoder": "exports", "gpt2": POOLER, "llama": POOLER}
 
 
 @pytest.mark.parametrize("name", IMPORTED)
@@ -212,4 +240,4 @@ def test_an_imported_run_through_every_command(name, data, tmp_path):
     lmlab("finetune", run, "--task", "classify", "--train", data / "sentiment.tsv",
           "--validation", data / "sentiment.tsv", *TINY, "--out", tuned)
     assert predicted_labels(tuned, "the cat is good") <= {"good", "bad"}
-    exported_or_refused(tuned, tmp_path / "exported-classifier")
+    exported_or_refused(tuned, tmp_path / "exported-classifier", IMPORTED_CLASSIFIER_EXPORTS[name])

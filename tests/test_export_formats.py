@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lmlab.cli import main
-from lmlab.export.commands import FORMAT_NAMES
+from lmlab.commands.export import FORMAT_NAMES
 from lmlab.export.formats import FORMATS
 from lmlab.export.importer import import_hf
 from lmlab.export.targets import ExportError

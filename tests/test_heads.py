@@ -55,3 +55,17 @@ def test_unknown_head_is_a_clear_error(special):
     model = LanguageModel(preset("bert-tiny", special.vocab_size), heads=("lm",))
     with pytest.raises(ValueError, match="no 'mlm' head"):
         model(random_block(special, 1, 8), MaskSpec("causal"), predict_at={"mlm": None})
+
+
+def test_a_sequence_head_starts_from_the_next_sentence_pooler_and_others_start_fresh():
+    from lmlab.model.heads import make_head
+
+    cfg = preset("bert-tiny", vocab_size=64)
+    nsp, classify, tag = (make_head(name, cfg) for name in ("nsp", "classify", "tag"))
+    classify.start_from({"nsp": nsp})
+    assert all(torch.equal(a, b) for a, b in zip(classify.pooler.state_dict().values(),
+                                                 nsp.pooler.state_dict().values(), strict=True))
+    assert not torch.equal(classify.classifier.weight[:2], nsp.classifier.weight)
+    before = [p.clone() for p in tag.parameters()]
+    tag.start_from({"nsp": nsp})
+    assert all(torch.equal(a, b) for a, b in zip(before, tag.parameters(), strict=True))

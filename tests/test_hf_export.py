@@ -212,3 +212,29 @@ def test_cli_exports_and_refuses_a_directory_holding_other_files(tmp_path, capsy
     assert main(["export", str(run), "--out", str(other)]) == 1
     assert "not an lmlab export" in capsys.readouterr().err
     assert (other / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_the_default_masked_run_fills_masks_in_transformers_pipeline(tmp_path):
+    """`lmlab pretrain --objective mlm` as it is (--model auto), two steps, then export."""
+    from lmlab.data.dataset import in_memory_dataset
+    from lmlab.data.tokenizer import train_tokenizer
+    from lmlab.train.config import TrainConfig
+    from lmlab.train.pretrain import pretrain
+    from tests.hf_runs import TEXTS
+
+    tokenizer = train_tokenizer(TEXTS, vocab_size=300, kind="bpe")
+    ids = [e.ids for e in tokenizer.encode_batch(TEXTS)]
+    dataset = in_memory_dataset(ids[:70], ids[70:], special_tokens_of(tokenizer))
+    dataset.tokenizer_json = tokenizer.to_str()
+    config = TrainConfig(objective="mlm", seq_len=64, out=str(tmp_path / "run"), batch_size=4,
+                         steps=2, eval_every=2)
+    run = load_run(pretrain(config, dataset))
+    exported = export_run(run, tmp_path / "hf")
+    assert exported.target.architecture == "ModernBertForMaskedLM"
+    text = "The quick brown [MASK] jumps over the lazy dog."
+    theirs = transformers.pipeline("fill-mask", model=str(exported.out), top_k=5)(text)
+    ours = fill_mask(run, text, top_k=5)[0]
+    assert [found["token"] for found in theirs] == [candidate.id for candidate in ours]
+    assert max(abs(found["score"] - candidate.probability)
+               for found, candidate in zip(theirs, ours, strict=True)) <= 1e-4

@@ -111,7 +111,7 @@ def test_bad_input_under_datatrove_is_one_line_and_its_traceback_stays_in_the_lo
     work = tmp_path / ".data.datatrove"
     logs = "".join(path.read_text() for path in (work / "logs").rglob("task_*.log"))
     assert "Traceback" in logs and "not valid JSON" in logs
-    assert (work / "logs" / "lmlab.log").is_file()
+    assert (work / "logs" / "main.log").is_file()
 
 
 def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):

@@ -92,7 +92,8 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
     result = plan("mlm", tokens=budget, data=data, sizes="tiny,mini", **FAST)
     special = open_dataset(data).special
     objective = build_objective("mlm", special)
-    assert [c.model for c in result.candidates] == ["modern-tiny", "modern-mini"]  # auto → modern
+    # auto → the modernbert family for an objective that only reads bidirectionally
+    assert [c.model for c in result.candidates] == ["modernbert-tiny", "modernbert-mini"]
     for c in result.candidates:
         assert c.flops_per_token == objective_flops_per_token(
             preset(c.model, special.vocab_size, 32), 32, objective, 4)
@@ -120,7 +121,7 @@ def test_a_token_budget_table_and_its_pretrain_command(data, monkeypatch):
             config.data, config.minutes) == ("mlm", closest.model, str(budget), 32, 4, data, None)
     assert config.out == f"runs/mlm-{closest.model}"  # not the runs/mlm a plain run writes
     table = format_plan(result)
-    assert "modern-mini" in table and f"{closest.model} *" in table and result.command in table
+    assert "modernbert-mini" in table and f"{closest.model} *" in table and result.command in table
     assert "warning" not in table and "fit: loss above best" in table
     assert "compares candidates only, and is no loss a run will show" in table
 

@@ -66,6 +66,10 @@ def test_the_page_and_its_assets_are_served(server):
         status, content = request(server, "GET", path)
         assert status == 200 and text in content
     assert request(server, "GET", "/../pyproject.toml")[0] == 404
+    for icon in ("/favicon.svg", "/favicon.ico"):  # the page's, and where browsers look
+        status, content = request(server, "GET", icon)
+        assert status == 200 and content.startswith("<svg")
+    assert '<link rel="icon" href="/favicon.svg"' in request(server, "GET", "/")[1]
 
 
 def test_fill_mask_ranks_candidates(server):

@@ -59,6 +59,17 @@ def test_fill_mask_draws_a_bar_per_candidate(open_page):
     expect(page.locator("#error")).to_be_hidden()
 
 
+def test_switching_run_clears_the_answers_drawn_for_the_last_one(open_page):
+    page = open_page("?run=mlm")
+    page.click("#fill-mask button")
+    expect(page.locator("#fill-mask .pane")).to_have_count(1)
+    page.click("#embed button")
+    expect(page.locator("#embed .pane")).to_have_count(1)
+    page.select_option("#run-a", "clm")
+    expect(page.locator("#fill-mask .pane")).to_have_count(0)
+    expect(page.locator("#embed .pane")).to_have_count(0)
+
+
 def test_generation_streams_pieces_with_their_alternatives(open_page):
     page = open_page("?run=clm")
     page.fill("#generate input[name=prompt]", "the cat")

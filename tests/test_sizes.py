@@ -9,13 +9,12 @@ MODULE_LINES = 350
 FUNCTION_LINES = 50  # from `def` to the last line, docstring included
 # Each still over its limit, named so the list can only shrink.
 LONG_MODULES = {
-    "lmlab.data.readers", "lmlab.export.hf", "lmlab.finetune.readers", "lmlab.train.loop",
+    "lmlab.data.readers", "lmlab.finetune.readers",
 }
 LONG_FUNCTIONS = {
-    "lmlab.commands.prepare.add_prepare_command", "lmlab.compare.commands.add_compare_command",
-    "lmlab.eval.scoring.score_documents", "lmlab.finetune.setup._finetune_one",
+    "lmlab.commands.prepare.add_prepare_command", "lmlab.commands.compare.add_compare_command",
+    "lmlab.eval.scoring.score_documents",
     "lmlab.infer.decoding.decode", "lmlab.kernels.linear_cross_entropy.forward",
-    "lmlab.train.pretrain.pretrain",
 }
 
 

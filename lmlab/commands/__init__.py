@@ -1,2 +1,3 @@
-"""Commands whose work or output spans several layers (training, then inference on its
-result): they live here, above every package they combine, never inside train/."""
+"""Every command's parsing and printing, one module per group (parsing.py: how each
+subcommand is built), above every package they combine; end-of-run summaries and other output
+that spans layers live here, never inside train/."""

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from lmlab.command_line import add_command
+from lmlab.commands.parsing import add_command
 from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.command_line import add_command
+from lmlab.commands.parsing import add_command
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
 from lmlab.config.training import TrainConfig, check_before_data

@@ -41,6 +41,9 @@ class DistillConfig(FinetuneConfig):
         if (self.layers is None) == (self.student is None):
             raise ValueError("give the student as --layers N (cut from the teacher) or "
                              "--student PRESET, one of them")
+        if self.class_weights != "none":  # the soft labels carry the teacher's balance
+            raise ValueError("--class-weights is for lmlab finetune; a student learns the "
+                             "teacher's scores")
         if self.width is not None and (self.layers is None or not 0 < self.width <= 1):
             raise ValueError("--width takes a share in (0, 1] of a student cut with --layers")
         if not self.temperature > 0 or self.hard_weight < 0:

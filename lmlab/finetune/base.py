@@ -83,7 +83,10 @@ class Task:
     """Base of the tasks: `cfg.task` names the task (and its traits); `labels` are its label
     or tag names by output index, as training found them (None: a task without labels)."""
 
-    def __init__(self, cfg: FinetuneConfig, labels: Sequence[str] | None = None) -> None:
+    def __init__(self, cfg: FinetuneConfig, labels: Sequence[str] | None = None,
+                 train: Sequence = ()) -> None:
+        """`train`: the training examples, for what a task fits to them (a classifier's label
+        weights); none when it only predicts."""
         self.cfg, self.labels = cfg, labels
         self.name, self.traits = cfg.task, TASKS[cfg.task]
 

@@ -60,6 +60,9 @@ class FinetuneConfig(LoopConfig):
         "none", "classify, pairs: also fit a bag-of-words floor (bow: logistic regression on "
                 "tf-idf word 1-2-grams) on the same training rows, scored beside the model; "
                 "needs pip install 'lmlab[baselines]'")
+    class_weights: Literal["none", "balanced"] = documented(
+        "none", "classify, pairs: balanced weighs each label's loss by training rows / "
+                "(labels × its rows), so that a rare label counts as much as a common one")
     pretrained_checkpoint: str = documented("best", "checkpoint of the pre-trained run: best "
                                                     "(lowest validation loss), last, or a name")
     # Fine-tuning's own defaults for shared fields.
@@ -94,6 +97,9 @@ class FinetuneConfig(LoopConfig):
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         if self.baseline != "none":
             check_floor_applies(self.task, self.baseline)
+        if self.class_weights != "none" and self.task not in ("classify", "pairs"):
+            raise ValueError(f"class_weights weighs labels: it is for classify and pairs, not "
+                             f"{self.task}")
         for name in ("train_where", "validation_where", "test_where"):
             where = getattr(self, name)
             if where is not None and "=" not in where:

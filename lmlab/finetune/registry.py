@@ -17,5 +17,6 @@ TASK_CLASSES: dict[str, type[Task]] = {
 }
 
 
-def make_task(cfg: FinetuneConfig, labels: Sequence[str] | None = None) -> Task:
-    return TASK_CLASSES[cfg.task](cfg, labels)
+def make_task(cfg: FinetuneConfig, labels: Sequence[str] | None = None,
+              train: Sequence = ()) -> Task:
+    return TASK_CLASSES[cfg.task](cfg, labels, train)

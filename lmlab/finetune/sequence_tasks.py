@@ -39,6 +39,13 @@ class ClassifyTask(Task):
 
     label_type = torch.long
 
+    def __init__(self, cfg, labels: Sequence[str] | None = None, train: Sequence = ()) -> None:
+        super().__init__(cfg, labels, train)
+        self.label_weights = None
+        if cfg.class_weights == "balanced" and train:
+            self.label_weights = balanced_weights(
+                [self.labels.index(example.label) for example in train], len(self.labels))
+
     def target_of(self, example: TextExample):
         return None if example.label is None else self.labels.index(example.label)
 
@@ -60,7 +67,10 @@ class ClassifyTask(Task):
 
     def loss(self, outputs: dict, batch: Batch) -> LossSum:
         logits = outputs[self.head].float()
-        total = F.cross_entropy(logits, batch.extras["label"], reduction="sum")
+        weights = None if self.label_weights is None else self.label_weights.to(logits.device)
+        # Balanced weights average 1 over the training rows, so the loop's division by the
+        # row count keeps the loss's scale.
+        total = F.cross_entropy(logits, batch.extras["label"], weight=weights, reduction="sum")
         return LossSum({self.name: (total, torch.tensor(len(logits)))})
 
     def row_outputs(self, outputs: dict, batch: Batch) -> list:
@@ -88,6 +98,13 @@ class ClassifyTask(Task):
         scores = {name: float(p) for name, p in zip(self.labels, prediction.scores, strict=True)}
         return {"label": self.labels[prediction.label],
                 "score": scores[self.labels[prediction.label]], "scores": scores}
+
+
+def balanced_weights(labels: Sequence[int], count: int) -> torch.Tensor:
+    """(count,) weight of each label: rows / (count × the label's rows), scikit-learn's
+    "balanced"; a label no training row has weighs nothing."""
+    rows = torch.bincount(torch.tensor(labels), minlength=count).float()
+    return torch.where(rows > 0, len(labels) / (count * rows.clamp(min=1)), 0.0)
 
 
 class RegressTask(ClassifyTask):

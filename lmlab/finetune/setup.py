@@ -24,7 +24,6 @@ from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
 from lmlab.finetune.traits import TASKS, task_refusal
-from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import HEADS, make_head
@@ -35,10 +34,9 @@ from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
 from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
-from lmlab.train.flops import all_ranks_peak_flops
-from lmlab.train.loop import Training, run_training
+from lmlab.train.loop import run_training
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start, training
 
 
 class FinetuneError(ValueError):
@@ -69,9 +67,7 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
     cfg = pretrained.cfg.with_changes(dropout=dropout)
     model = LanguageModel(cfg, heads={task.head: make_head(task.head, cfg, **task.head_options())})
     model.backbone.load_state_dict(pretrained.backbone.state_dict())
-    head = model.heads[task.head]
-    if hasattr(head, "pooler") and "nsp" in pretrained.heads:
-        head.pooler.load_state_dict(pretrained.heads["nsp"].pooler.state_dict())
+    model.heads[task.head].start_from(pretrained.heads)
     return model
 
 
@@ -109,12 +105,12 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
     env = begin(cfg.seed)
-    cfg = device_defaults(cfg, env, _out_dir(cfg))
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
-    task = make_task(cfg, splits.labels)
+    task = make_task(cfg, splits.labels, splits.train)
+    cfg = device_defaults(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
@@ -131,22 +127,18 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
-    state = started.state
     if not started.resumed:
-        state.total_steps = total_steps
+        started.state.total_steps = total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
-    training = Training(
-        cfg=replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
-                    checkpoint_every=cfg.checkpoint_every or total_steps),
-        env=env, model=model, train_model=started.train_model, optimizer=started.optimizer,
-        scaler=grad_scaler(cfg.precision, env.device), objective=task, data=data,
+    run_training(training(
+        replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
+                checkpoint_every=cfg.checkpoint_every or total_steps),
+        env, model, out, started, objective=task, data=data,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
         validate=lambda: evaluate_task(model, task, splits.validation, validation_rows,
                                        reading, token_types, precision=cfg.precision)[0],
-        headline=lambda metrics: -metrics[task.main_metric], out=out, state=state,
-        flops_per_token=flops_per_token(model.cfg, cfg.max_len, predicted_fraction=0.0),
-        peak_flops=all_ranks_peak_flops(cfg.precision, env), scores=(task.main_metric,))
-    run_training(training)
+        headline=lambda metrics: -metrics[task.main_metric], scores=(task.main_metric,),
+        flops_per_token=flops_per_token(model.cfg, cfg.max_len, predicted_fraction=0.0)))
     if env.is_main:
         load_checkpoint(pick_checkpoint(out, "best"), model)
         if cfg.baseline != "none" and floor is None:

@@ -10,6 +10,7 @@ step (lmlab/kernels/linear_cross_entropy.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,10 @@ class Head(nn.Module):
 
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the input embedding, when the model ties it; only vocabulary heads do."""
+
+    def start_from(self, pretrained: Mapping[str, nn.Module]) -> None:
+        """Start, as a new head on a pre-trained backbone, from what the `pretrained` heads
+        (by name) learned that it shares; most heads share nothing and start fresh."""
 
 
 class VocabularyHead(Head):
@@ -161,6 +166,11 @@ class SequenceHead(Head):
     def forward(self, hidden: Tensor, at: Rows | Pooling | None = None) -> Tensor:
         pooled = hidden[:, 0] if at is None else at.read(hidden)
         return self.classifier(self.dropout(self.squash(self.pooler(pooled))))
+
+    def start_from(self, pretrained: Mapping[str, nn.Module]) -> None:
+        """The next-sentence head's pooler, when pre-training trained one (BERT's fine-tuning)."""
+        if "nsp" in pretrained:
+            self.pooler.load_state_dict(pretrained["nsp"].pooler.state_dict())
 
 
 class TokenHead(Head):

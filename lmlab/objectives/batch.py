@@ -70,8 +70,17 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on `device`, copied without waiting (`to_device`)."""
+        return self._mapped(lambda t: to_device(t, device), device)
+
+    def pinned(self) -> Batch:
+        """The batch in pinned host memory, ready for copies to a GPU that do not wait."""
+        return self._mapped(lambda t: t if t.is_pinned() else t.contiguous().pin_memory(),
+                            "cpu")
+
+    def _mapped(self, fn, device: torch.device | str) -> Batch:
+        """The batch with `fn` applied to each of its tensors, now on `device`."""
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else to_device(t, device)
+            return None if t is None else fn(t)
 
         return replace(
             self, input_ids=move(self.input_ids), mask=self.mask.to(device, move),
@@ -88,6 +97,7 @@ def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
     so the host goes on queueing the step while they run (a plain copy from pageable memory
     would wait for the GPU's queue to drain first). An expanded tensor (positions shared by
     every row) is made whole first: pinning refuses one whose elements share memory."""
-    if torch.device(device).type == "cuda" and tensor.device.type == "cpu":
+    if torch.device(device).type == "cuda" and tensor.device.type == "cpu" \
+            and not tensor.is_pinned():
         tensor = tensor.contiguous().pin_memory()
     return tensor.to(device, non_blocking=True)

@@ -1,4 +1,4 @@
-"""The HTTP server: the page's three files and the JSON API, on the standard library.
+"""The HTTP server: the page's files and the JSON API, on the standard library.
 
 Requests reach runs and comparison reports only through the RunTable (by name) and files only
 through the fixed table of static assets, so no part of a request path names anything on disk.
@@ -20,7 +20,10 @@ MAX_BODY = 1 << 20  # bytes
 # sending it reads the answer instead of a reset connection; a larger one is cut off.
 MAX_DRAINED = 64 * MAX_BODY
 STATIC = {"/": ("index.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
-          "/style.css": ("style.css", "text/css")}
+          "/style.css": ("style.css", "text/css"),
+          # the page names favicon.svg; /favicon.ico is where a browser looks without it
+          "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+          "/favicon.ico": ("favicon.svg", "image/svg+xml")}
 # POST endpoints answered whole: path → function(served run, body) → JSON answer.
 ANSWERS = {"/api/fill-mask": features.fill_mask, "/api/embed": features.embed,
            "/api/predict": features.predict, "/api/attention": features.attention}

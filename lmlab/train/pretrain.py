@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,6 @@ from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
@@ -34,15 +34,15 @@ from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
-from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import (
     LoopState,
-    Training,
     run_training,
+    step_seed,
 )
+from lmlab.train.prefetch import PrefetchedData
 from lmlab.train.resume import BUDGETS
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start
+from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start, training
 from lmlab.train.step import step_seconds
 from lmlab.train.warm_start import (
     InitSource,
@@ -119,15 +119,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     objective = build_objective(cfg.objective, special, cfg.objective_options,
                                 dataset.word_starts)
     model = _starting_model(cfg, objective, special, source).to(env.device)
-    model_cfg = model.cfg
-    config = _run_config(cfg, out, dataset, model_cfg, source)
+    config = _run_config(cfg, out, dataset, model.cfg, source)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
-    blocks, validation_blocks = (
-        BlockBatches(split, cfg.seq_len, micro_size, packing(cfg, objective),
-                     _block_pad(special, packing(cfg, objective)), special.sep, seed, env.rank,
-                     env.world_size)
-        for split, seed in ((dataset.train, cfg.seed), (dataset.validation, 0)))
+    blocks, validation_blocks = _block_batches(cfg, env, dataset, objective, special, micro_size)
     started = start(cfg, env, out, config, model,
                     dataset.tokenizer_json if source is None else source.tokenizer_json,
                     before_writing=lambda config: _refuse_a_passed_budget(
@@ -147,26 +142,50 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     deadline = None if started.resumed else _deadline(cfg, model)  # resumed: the last plan
     cfg = replace(cfg, eval_every=cfg.eval_every or EVAL_EVERY_STEPS)
     eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
-    eval_blocks = [validation_blocks.batch(i).tokens
-                   for i in range(min(eval_count, validation_blocks.batches_per_epoch))]
+    eval_blocks = _first_blocks(validation_blocks, eval_count)
     # the run's own warm-up, even when a resume lengthens it
     warmup = _warmup_steps(cfg, planned_steps or state.total_steps)
-    run_training(Training(
-        cfg=cfg, env=env, model=model, train_model=started.train_model,
-        optimizer=started.optimizer, scaler=grad_scaler(cfg.precision, env.device),
-        objective=objective, data=PretrainingData(blocks, objective, accumulation,
-                                                  cfg.num_workers),
-        schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
-        validate=lambda: validate(model, eval_objectives, eval_blocks, dataset.bytes_per_token,
-                                  env, cfg.precision),
-        headline=headline_loss, out=out, state=state,
-        flops_per_token=objective_flops_per_token(model_cfg, cfg.seq_len, objective,
-                                                  micro_size),
-        peak_flops=all_ranks_peak_flops(cfg.precision, env), deadline=deadline,
-        title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with "
-              f"{cfg.objective}"))
+    data, made_ahead = _step_data(cfg, env, PretrainingData(blocks, objective, accumulation,
+                                                            cfg.num_workers))
+    with made_ahead:
+        run_training(training(
+            cfg, env, model, out, started, objective=objective, data=data,
+            schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
+            validate=lambda: validate(model, eval_objectives, eval_blocks,
+                                      dataset.bytes_per_token, env, cfg.precision),
+            headline=headline_loss, deadline=deadline,
+            flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective,
+                                                      micro_size),
+            title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with "
+                  f"{cfg.objective}"))
     distributed.teardown()
     return out
+
+
+def _step_data(cfg: TrainConfig, env: distributed.Env, data: PretrainingData):
+    """(the loop's step data, a context that stops it): on a GPU, the batches made ahead in a
+    background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
+    the step itself keeps busy, made by the loop as it needs them."""
+    if env.device.type != "cuda":
+        return data, contextlib.nullcontext()
+    ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)
+    return ahead, contextlib.closing(ahead)
+
+
+def _block_batches(cfg: TrainConfig, env: distributed.Env, dataset: Dataset,
+                   objective: Objective, special: SpecialTokens, micro_size: int
+                   ) -> tuple[BlockBatches, BlockBatches]:
+    """The training and validation splits as blocks of `micro_size` rows for this rank, laid
+    out as `objective` reads them (packed or one document a row)."""
+    packs = packing(cfg, objective)
+    return tuple(BlockBatches(split, cfg.seq_len, micro_size, packs, _block_pad(special, packs),
+                              special.sep, seed, env.rank, env.world_size)
+                 for split, seed in ((dataset.train, cfg.seed), (dataset.validation, 0)))
+
+
+def _first_blocks(batches: BlockBatches, count: int) -> list:
+    """The token blocks of the first `count` batches (all of them, if fewer)."""
+    return [batches.batch(i).tokens for i in range(min(count, batches.batches_per_epoch))]
 
 
 def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:

@@ -21,12 +21,14 @@ from lmlab.kernels.device_defaults import (
     device_facts,
     precision_for,
 )
+from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
 from lmlab.runs.layout import CONFIG, prepare_run_dir
 from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
-from lmlab.train.loop import LoopState, restore_loop_state
+from lmlab.train.flops import all_ranks_peak_flops
+from lmlab.train.loop import LoopState, Training, restore_loop_state
 from lmlab.train.optim import make_optimizer
 from lmlab.train.resume import BUDGETS, resumed_config
 
@@ -115,3 +117,15 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
     return Started(config, train_model, optimizer, state, saved is not None)
+
+
+def training(cfg: LoopConfig, env: distributed.Env, model: LanguageModel, out: Path,
+             started: Started, **parts) -> Training:
+    """The loop's Training: the fields every setup fills alike (the model as `start` made it
+    ready, its optimizer and loop state, the gradient scaler of `cfg.precision`, the peak
+    FLOP/s of all ranks) and `parts`, what the setup's own kind of training decides (the
+    objective, data, schedule, validation, headline, FLOPs per token, ...)."""
+    return Training(cfg=cfg, env=env, model=model, train_model=started.train_model,
+                    optimizer=started.optimizer, scaler=grad_scaler(cfg.precision, env.device),
+                    out=out, state=started.state,
+                    peak_flops=all_ranks_peak_flops(cfg.precision, env), **parts)

@@ -98,7 +98,7 @@ def prepare_with_datatrove(sources: list[str], out: Path, recipe: Recipe, inputs
     from lmlab.data.preparation.datatrove_quiet import datatrove_logs_in
 
     try:
-        with datatrove_logs_in(work / "logs" / "lmlab.log", engine.verbose):
+        with datatrove_logs_in(work / "logs" / "main.log", engine.verbose):
             dataset = make_dataset(out, recipe, inputs, lambda staging: _run(
                 sources, recipe, inputs, engine, work, staging))
     except StageUnfinished:

@@ -295,7 +295,11 @@ function showAbilities() {
   $("#curves").hidden = !can("metrics");
   $("#attention").hidden = $("#embed").hidden = !chosen.length;
   $("#run-info").textContent = chosen.map((r) => `${r.name}: ${r.task || r.objective}`).join(" · ");
-  $("#curves .panes").replaceChildren();
+  // what was drawn for the runs chosen before is not these runs' answer
+  for (const panes of document.querySelectorAll("section:not(#comparisons) .panes")) {
+    panes.replaceChildren();
+  }
+  showError("");
   drawCurves();
 }
 

@@ -40,11 +40,11 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_command(commands: argparse._SubParsersAction, name: str, help: str,
                 handler, description: str | None = None) -> CommandParser:
-    """A subcommand whose parsed arguments go to `handler(args) -> exit code`. Options are
-    spelt out in full: an abbreviation would silently change meaning as options are added."""
+    """A subcommand whose parsed arguments go to `handler(args) -> exit code` (a
+    CommandParser: `commands` is made with `parser_class=CommandParser`). Options are spelt
+    out in full: an abbreviation would silently change meaning as options are added."""
     parser = commands.add_parser(name, help=help, description=description or help,
                                  formatter_class=HelpFormatter, allow_abbrev=False)
-    parser.__class__ = CommandParser  # the subcommand table builds plain parsers
     parser.set_defaults(handler=handler)
     return parser
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_run_arguments, check_input_file, read_texts
+from lmlab.commands.parsing import add_command, add_run_arguments, check_input_file, read_texts
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
-from lmlab.command_line import add_command
+from lmlab.commands.parsing import add_command
 from lmlab.compare.design import CLUSTERS, MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import add_config_options

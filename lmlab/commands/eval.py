@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_run_arguments, check_output_file
+from lmlab.commands.parsing import add_command, add_run_arguments, check_output_file
 from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
 
 

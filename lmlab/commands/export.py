@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_run_arguments
+from lmlab.commands.parsing import add_command, add_run_arguments
 
 # The names of lmlab.export.formats.FORMATS, kept here so the parser needs no torch.
 FORMAT_NAMES = ("hf", "sentence-transformers", "gguf")

@@ -6,7 +6,7 @@ import argparse
 import errno
 from pathlib import Path
 
-from lmlab.command_line import add_command, add_device_argument
+from lmlab.commands.parsing import add_command, add_device_argument
 
 MAX_PORT = 65535
 

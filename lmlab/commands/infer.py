@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lmlab.command_line import (
+from lmlab.commands.parsing import (
     add_command,
     add_run_arguments,
     check_output_file,
