@@ -69,7 +69,8 @@ def summary(values: list[float]) -> dict:
     return {"mean": round(mean, 4), "std": round(spread, 4), "values": values}
 
 
-def unlabelled_sentences(shared: Path, work: Path, train_rows: int) -> Path:
+def unlabelled_sentences(shared: Path, work: Path, train_rows: int,
+                         limit: int | None = None) -> Path:
     """SST-2's training sentences past the labelled rows, without the selection rows (drawn as
     benchmarks/splits.py draws them), one per line."""
     import random
@@ -78,8 +79,8 @@ def unlabelled_sentences(shared: Path, work: Path, train_rows: int) -> Path:
     rest = rows[train_rows:]
     chosen = set(random.Random(SEED).sample(range(len(rest)), SELECTION_ROWS))
     out = work / "sst2-unlabelled.txt"
-    out.write_text("".join(row.split("\t")[1] + "\n" for index, row in enumerate(rest)
-                           if index not in chosen), encoding="utf-8")
+    kept = [row.split("\t")[1] + "\n" for index, row in enumerate(rest) if index not in chosen]
+    out.write_text("".join(kept[:limit]), encoding="utf-8")
     return out
 
 
@@ -105,7 +106,8 @@ def teacher_run(work: Path) -> Path:
 def distilled(args, work: Path, splits, student: list[str], name: str) -> dict:
     """`lmlab distill` with `student`'s options, once per seed: test accuracies and costs."""
     train, selection, test = splits
-    unlabelled = unlabelled_sentences(args.shared, work, args.train_rows)
+    unlabelled = unlabelled_sentences(args.shared, work, args.train_rows,
+                                      args.unlabelled_rows)
     accuracies, costs = [], []
     for seed in range(args.seeds):
         cost = Cost()
@@ -134,7 +136,8 @@ def general(args, work: Path, splits) -> dict:
     if not (data / "meta.json").is_file():
         texts = work / "sst2-unlabelled.jsonl"
         texts.write_text("".join(json.dumps({"text": line}) + "\n" for line in
-                                 unlabelled_sentences(args.shared, work, args.train_rows)
+                                 unlabelled_sentences(args.shared, work, args.train_rows,
+                                      args.unlabelled_rows)
                                  .read_text(encoding="utf-8").splitlines()), encoding="utf-8")
         lmlab("prepare", texts, "--tokenizer", work / "minilm", "--out", data)
     student = work / f"general-{layers}"
@@ -184,9 +187,9 @@ def mlm_flops(minutes: float, model: str, seq_len: int, batch: int) -> float:
     """The training FLOPs masked LM reaches in `minutes` here, by lmlab's own step timing."""
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.model import LanguageModel
+    from lmlab.model.flops import objective_flops_per_token
     from lmlab.objectives.registry import build_objective
     from lmlab.presets import preset
-    from lmlab.train.flops import objective_flops_per_token
     from lmlab.train.step import step_seconds
 
     special = SpecialTokens.layout(8192, 0)
@@ -234,6 +237,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=float, default=3.0, help="teacher fine-tuning")
     parser.add_argument("--distill-epochs", type=float, default=1.0)
+    parser.add_argument("--unlabelled-rows", type=int,
+                        help="the first N unlabelled sentences only (default: all)")
     parser.add_argument("--minutes", type=float, nargs="+", default=[20.0, 5.0])
     parser.add_argument("--rtd-model", default="bert-mini")
     parser.add_argument("--threads", type=int, default=2, help="for the speed section")

@@ -257,3 +257,50 @@ def test_pruning_keeps_the_heaviest_head_and_neuron():
     assert torch.equal(narrow.backbone.blocks[0].attn.out.weight, block.attn.out.weight[:, 48:])
     kept = narrow.backbone.blocks[0].mlp.down.weight
     assert any(torch.equal(kept[:, j], block.mlp.down.weight[:, 7]) for j in range(64))
+
+
+def test_a_tagger_distils_token_by_token(runs, tmp_path, capsys):  # noqa: F811
+    import random
+
+    from tests.test_finetune import WORDS, conll_file
+
+    rng = random.Random(6)
+    sentences = []
+    for _ in range(80):
+        sentence = [(w, "O") for w in rng.sample(WORDS[:10], 3)]
+        sentence.insert(rng.randint(0, 3), (rng.choice(["Anna", "Tom"]), "B-PER"))
+        sentences.append(sentence)
+    data = conll_file(tmp_path / "ner.conll", sentences)
+    teacher = tmp_path / "tagger"
+    assert main([str(a) for a in ("finetune", runs["mlm"], "--task", "ner", "--train", data,
+                                  "--validation", data, "--out", teacher, "--epochs", "2",
+                                  "--batch-size", "16", "--lr", "2e-3")]) == 0
+    unlabelled = tmp_path / "more.txt"
+    unlabelled.write_text("Anna sees the cat\nthe dog and Tom\n")
+    out = tmp_path / "student"
+    code, stdout, err = run_cli(capsys, "distill", teacher, "--layers", "1", "--train", data,
+                                "--unlabelled", unlabelled, "--validation", data, "--out", out,
+                                "--epochs", "1", "--batch-size", "16")
+    assert code == 0, err
+    assert "82 rows" in stdout
+    code, stdout, _ = run_cli(capsys, "predict", out, "--json", "Anna sees the cat")
+    assert code == 0 and "entities" in json.loads(stdout)
+
+
+def test_teacher_scores_of_a_row_and_of_tokens():
+    from lmlab.distill.task import teacher_scores
+
+    class Labels:
+        head, labels = "classify", ["a", "b"]
+
+    class Number:
+        head, labels = "classify", None
+
+    class Tags:
+        head, labels = "tag", ["O", "B-X"]
+
+    assert torch.allclose(teacher_scores(Labels, [0.25, 0.75]),
+                          torch.tensor([[0.25, 0.75]]).log())
+    assert teacher_scores(Number, 3.5).tolist() == [[3.5]]
+    tokens = teacher_scores(Tags, (torch.tensor([1, 2]), torch.tensor([[0.5, 0.5], [1.0, 0.0]])))
+    assert tokens.shape == (2, 2) and float(tokens[1, 1]) < -20

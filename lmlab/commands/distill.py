@@ -21,7 +21,7 @@ def add_distill_command(commands: argparse._SubParsersAction) -> None:
     parser = add_command(
         commands, "distill", help="teach a smaller student from a fine-tuned run",
         handler=distill_command,
-        description="The teacher (a run fine-tuned for classify, pairs or regress) scores "
+        description="The teacher (a run fine-tuned for classify, pairs, regress or ner) scores "
                     "--train's texts and --unlabelled's; a student cut from it (--layers N) or "
                     "fresh (--student PRESET) learns those scores at --temperature and the "
                     "given labels; the best checkpoint on --validation is kept. The task and "

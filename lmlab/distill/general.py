@@ -18,6 +18,8 @@ from lmlab.distill.signals import TeacherSignals
 from lmlab.distill.student import student_model
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.setup import FinetuneError
+from lmlab.kernels.precision import grad_scaler
+from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
 from lmlab.objectives.documents import blocks_pad_with
 from lmlab.objectives.mlm import MaskedLM
@@ -25,9 +27,8 @@ from lmlab.runs import Run
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.schema import RunConfig
 from lmlab.train.evaluate import EVAL_SEED, headline_loss
-from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
+from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training, run_training
-from lmlab.train.precision import grad_scaler
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import micro_batches_per_step, start

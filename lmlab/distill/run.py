@@ -9,35 +9,34 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from lmlab.distill.config import DistillConfig
 from lmlab.distill.general import distill_general
 from lmlab.distill.student import student_model
-from lmlab.distill.task import TEACHER, TaughtTask
+from lmlab.distill.task import TEACHER, TaughtTask, teacher_scores
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.evaluate import evaluate_task, row_outputs
-from lmlab.finetune.readers import TextExample
+from lmlab.finetune.formats import example_files
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.setup import FinetuneError, _run_config, read_splits
+from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
+from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.run import load_run, pick_checkpoint
 from lmlab.runs.schema import Reading
 from lmlab.train import distributed
-from lmlab.train.flops import all_ranks_peak_flops, flops_per_token
+from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training, run_training
-from lmlab.train.precision import grad_scaler
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import begin, micro_batches_per_step, start
 
-TASKS = ("classify", "pairs", "regress")  # one output per row, as the teacher's head gives
+TASKS = ("classify", "pairs", "regress", "ner")  # the teacher's scores are the student's targets
 
 
 def load_teacher(path: str | Path, general: bool) -> Run:
@@ -65,25 +64,20 @@ def taught_config(cfg: DistillConfig, teacher: Run) -> DistillConfig:
                    dropout=0.0 if cfg.dropout is None else cfg.dropout)
 
 
-def unlabelled_examples(path: str | None) -> list[TextExample]:
-    if path is None:
+def unlabelled_examples(cfg: DistillConfig) -> list:
+    """The task's examples of --unlabelled's lines, as `lmlab predict` reads typed texts."""
+    if cfg.unlabelled is None:
         return []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [TextExample(line, None, None, number) for number, line
-            in enumerate(lines, 1) if line.strip()]
+    lines = Path(cfg.unlabelled).read_text(encoding="utf-8").splitlines()
+    return example_files(cfg).from_texts([line for line in lines if line.strip()])
 
 
 def with_teacher_outputs(rows: list[Row], teacher: Run, task: Task, reading: Reading,
                          token_types: bool) -> list[Row]:
     """`rows`, each carrying the teacher's scores for it (one pass, no gradient)."""
     outputs = row_outputs(teacher.model, task, rows, reading, token_types)
-    scored = []
-    for row, output in zip(rows, outputs, strict=True):
-        scores = torch.as_tensor(output, dtype=torch.float32).reshape(-1)
-        logits = scores if task.label_type == torch.float32 else scores.clamp_min(1e-12).log()
-        scored.append(replace(row, extra={**row.extra, TEACHER: logits}))
-    return scored
-
+    return [replace(row, extra={**row.extra, TEACHER: teacher_scores(task, output)})
+            for row, output in zip(rows, outputs, strict=True)]
 
 
 def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
@@ -106,7 +100,7 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
     reading, token_types = Reading(cfg.attention, cfg.pooling), model.cfg.type_vocab_size > 0
     encoder = Encoder(teacher.require_tokenizer(), teacher.special, cfg.max_len, token_types)
     taught_rows = with_teacher_outputs(
-        task.encode(splits.train + unlabelled_examples(cfg.unlabelled), encoder, training=True),
+        task.encode(splits.train + unlabelled_examples(cfg), encoder, training=True),
         teacher, task, reading, token_types)
     validation_rows = task.encode(splits.validation, encoder, training=False)
     out = Path(cfg.out or f"runs/distill-{cfg.task}")
@@ -135,13 +129,8 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
 
 
 def check_labels(cfg: DistillConfig, train: list, teacher: Run) -> None:
-    """Training labels must be the teacher's (a number task has none)."""
-    if cfg.task == "regress":
-        return
-    unknown = {example.label for example in train} - set(teacher.task.labels)
-    if unknown:
-        raise FinetuneError(f"{cfg.train} has labels the teacher does not know: "
-                            f"{', '.join(sorted(map(str, unknown)))}")
+    """Training labels must be the teacher's."""
+    example_files(cfg).check_known(train, teacher.task.labels, cfg.train)
 
 
 def _training(cfg: DistillConfig, env, model: LanguageModel, started, data: TaskData,
