@@ -25,9 +25,9 @@ INLINE = re.compile(r"`(lmlab [^`]+)`")
 COMMAND = re.compile(r"(?:^|\s)(?:-m\s+)?lmlab\s+(?=[a-z])")  # lmlab X, python -m lmlab X
 RUNNABLE = ("fill-mask", "generate", "embed", "predict", "eval")
 # The documented run names → the tiny run standing in for each (runs/bert: an imported
-# encoder).
+# encoder; runs/student: a distilled classifier, a fine-tuned run like any other).
 STAND_INS = {"mlm": "mlm", "clm": "clm", "span": "span", "bert": "mlm", "sst2": "classify",
-             "qa": "qa", "ner": "ner"}
+             "qa": "qa", "ner": "ner", "student": "classify"}
 
 
 def documented_commands(documents: list[Path] = DOCUMENTS) -> list[list[str]]:
