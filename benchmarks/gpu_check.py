@@ -14,9 +14,10 @@ GPT-2 small (124M: 12 layers, width 768) is lmlab's `gpt2-base` preset; `gpt2-sm
 6-layer model. Every contender trains on the same token ids, made once and already on the
 device (no host copy or sync inside a timed step), with bf16 autocast over fp32 weights and
 AdamW. nanoGPT is read from the model.py at $NANOGPT (the file or its folder); without it its
-baseline is left out with a note. For lmlab's compiled steps the file also holds the graph breaks
-and graphs compiled after the first step (torch._dynamo's counters), and the top 10 kernels of
-its compiled GPT-2 step (torch.profiler).
+baseline is left out with a note. The file also holds one optimizer step of Muon against fused
+AdamW for GPT-2 small (benchmarks/gpu_optim.py), and for lmlab's compiled steps the graph
+breaks and graphs compiled after the first step (torch._dynamo's counters) and the top 10
+kernels of its compiled GPT-2 step (torch.profiler).
 
     bash benchmarks/gpu_check.sh OUT_DIR            # on the GPU: well under 8 minutes on an H100
     python benchmarks/gpu_check.py OUT_DIR --device cpu --tiny   # the same path in seconds
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from gpu_optim import optimizer_steps
 from gpu_pretrain import pretrain_defaults
 from record import machine, write_results
 from train_speed import SHAPES, Shape, hf_inputs, hf_model, lmlab_parts, nanogpt_model
@@ -267,6 +269,10 @@ def main() -> None:
         write_results(out, results)  # after each row: a check cut short still says something
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    shape = TINY if args.tiny else SHAPES["gpt2-124m"]
+    results["optimizer"] = optimizer_steps(shape, device, args.steps, args.repeats)
+    print(f"[{time.perf_counter() - started:5.0f} s] optimizer " + json.dumps(
+        {k: v for k, v in results["optimizer"].items() if k != "ms_per_step_each"}), flush=True)
     results["rows"].append(pretrain_defaults(args.tiny, args.pretrain_seconds, device,
                                              results["notes"]))
     report(results["rows"][-1], started)

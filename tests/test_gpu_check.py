@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.sh, the one prepared GPU check, run end to end in its tiny CPU mode: it
 writes gpu_check.json with the rows the check names, each a median of interleaved repeats,
-lmlab's compile counts and top kernels, and `lmlab pretrain` at its defaults."""
+lmlab's compile counts and top kernels, Muon's optimizer step against AdamW's, and `lmlab
+pretrain` at its defaults."""
 
 import json
 import os
@@ -41,6 +42,10 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     assert len(kernels) == 10 and all(k["ms_per_step"] >= 0 for k in kernels)
     assert sum(k["share"] for k in kernels) <= 1 + 1e-6
     assert any("nanoGPT" in note for note in results["notes"])
+    optimizer = results["optimizer"]
+    assert optimizer["adamw_ms"] > 0 and optimizer["muon_ms"] > 0
+    assert optimizer["muon_vs_adamw"] == pytest.approx(optimizer["muon_ms"] /
+                                                       optimizer["adamw_ms"])
     pretrain = results["rows"][3]
     assert pretrain["tokens_per_s"] > 0 and pretrain["log_lines"] >= 1
     assert pretrain["output_head"]

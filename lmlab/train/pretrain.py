@@ -108,8 +108,7 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
-    # the rate the run trains with, as a number: config.json then says it whatever later
-    # versions make of an unset option
+    # the rate as a number, so config.json says it whatever later versions make of it unset
     cfg = replace(cfg, embedding_lr_scale=cfg.embedding_rate_scale)
     env = begin(cfg.seed)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
@@ -134,9 +133,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         blocks.load_state_dict(state.data)
     planned_steps = state.total_steps  # of the run resumed, if any
     state.total_steps = (_resumed_steps(cfg, model, state) if planned_steps else
-                         distributed.from_rank_0(  # timed by each rank, rank 0's count for all
-                             _total_steps(cfg, model, objective, special, micro_size,
-                                          accumulation, env.is_main), env))
+                         _all_ranks_steps(cfg, env, model, objective, special, micro_size,
+                                          accumulation))
     objective = objective.for_run(state.total_steps)
     eval_objectives = evaluation_objectives(objective)
     deadline = None if started.resumed else _deadline(cfg, model)  # resumed: the last plan
@@ -145,27 +143,26 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     eval_blocks = _first_blocks(validation_blocks, eval_count)
     # the run's own warm-up, even when a resume lengthens it
     warmup = _warmup_steps(cfg, planned_steps or state.total_steps)
-    data, made_ahead = _step_data(cfg, env, PretrainingData(blocks, objective, accumulation,
-                                                            cfg.num_workers))
+    data, made_ahead = _step_data(cfg, env, blocks, objective, accumulation)
     with made_ahead:
         run_training(training(
             cfg, env, model, out, started, objective=objective, data=data,
             schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
             validate=lambda: validate(model, eval_objectives, eval_blocks,
                                       dataset.bytes_per_token, env, cfg.precision),
-            headline=headline_loss, deadline=deadline,
+            headline=headline_loss, deadline=deadline, title=_title(cfg, objective),
             flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective,
-                                                      micro_size),
-            title=f"{cfg.init or preset_name(cfg, objective)} pre-trained with "
-                  f"{cfg.objective}"))
+                                                      micro_size)))
     distributed.teardown()
     return out
 
 
-def _step_data(cfg: TrainConfig, env: distributed.Env, data: PretrainingData):
+def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
+               objective: Objective, accumulation: int):
     """(the loop's step data, a context that stops it): on a GPU, the batches made ahead in a
     background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
     the step itself keeps busy, made by the loop as it needs them."""
+    data = PretrainingData(blocks, objective, accumulation, cfg.num_workers)
     if env.device.type != "cuda":
         return data, contextlib.nullcontext()
     ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)
@@ -235,6 +232,19 @@ def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int)
     if deadline is not None and deadline.validations:
         return deadline_eval_batches(micro_batches, cfg.eval_batches)
     return cfg.eval_batches
+
+
+def _title(cfg: TrainConfig, objective: Objective) -> str:
+    """The curves plot's title: what was trained."""
+    return f"{cfg.init or preset_name(cfg, objective)} pre-trained with {cfg.objective}"
+
+
+def _all_ranks_steps(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
+                     objective: Objective, special: SpecialTokens, micro_size: int,
+                     accumulation: int) -> int:
+    """`_total_steps`, timed by each rank and rank 0's count taken by all."""
+    return distributed.from_rank_0(_total_steps(cfg, model, objective, special, micro_size,
+                                                accumulation, env.is_main), env)
 
 
 def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
