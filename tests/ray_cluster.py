@@ -10,6 +10,7 @@ for RAY_ADDRESS or ray.init) as an argument."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,11 @@ WORKER_NODES = 2
 @pytest.fixture(scope="session")
 def ray_address(tmp_path_factory) -> Iterator[str]:
     Cluster = pytest.importorskip("ray.cluster_utils").Cluster
+    from ray._private.utils import get_ray_address_file
 
+    # Ray records the newest cluster's address in its default temporary folder (/tmp/ray), which
+    # only a node started without temp_dir makes: on a fresh machine it is not there yet.
+    Path(get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)
     # The machine's own address, not 127.0.0.1: a driver rewrites a loopback address to it.
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False,
