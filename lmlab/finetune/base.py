@@ -119,7 +119,7 @@ class Task:
         types = pad_right([row.types for row in rows], pad_id=0)[0] if token_types else None
         batch = Batch(
             input_ids=ids, mask=MaskSpec(reading.attention, segment_ids=segments),
-            positions=torch.arange(ids.shape[1]).expand_as(ids),
+            positions=torch.arange(ids.shape[1]),  # each row one text from position 0
             targets=torch.full_like(ids, IGNORE_INDEX), predict_at={}, token_type_ids=types)
         self.add_targets(batch, rows, reading)
         return batch

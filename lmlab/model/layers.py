@@ -65,9 +65,10 @@ class Rotary(nn.Module):
         self.register_buffer("inv_freq", cfg.rope_theta**-exponents, persistent=False)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos, sin of shape (B, 1, T, head_dim) for the given (B, T) positions."""
-        angles = positions[..., None].float() * self.inv_freq  # (B, T, head_dim/2)
-        angles = torch.cat((angles, angles), dim=-1)[:, None]
+        """cos, sin of shape (B, 1, T, head_dim) for (B, T) positions, or (1, T, head_dim)
+        for (T,) positions that every row shares (computed once, not once a row)."""
+        angles = positions[..., None].float() * self.inv_freq  # (..., T, head_dim/2)
+        angles = torch.cat((angles, angles), dim=-1).unsqueeze(-3)
         return angles.cos(), angles.sin()
 
 

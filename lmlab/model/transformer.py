@@ -70,14 +70,13 @@ class Transformer(nn.Module):
         (N, d_model) at those positions only. The last block computes no other position's
         output (its attention still reads every position): for MLM, 85% of that block's
         projection and MLP products are never needed."""
-        batch, length = input_ids.shape
+        length = input_ids.shape[1]
         if positions is None:
             start = cache.length if cache is not None else 0
             if start + length > self.cfg.max_seq_len:
                 raise ValueError(f"{start + length} tokens exceed the model's context of "
                                  f"{self.cfg.max_seq_len}")
-            positions = torch.arange(start, start + length, device=input_ids.device)
-            positions = positions.expand(batch, length)
+            positions = torch.arange(start, start + length, device=input_ids.device)  # (T,)
         x = self.token_embedding(input_ids)
         if self.position_embedding is not None:
             x = x + self.position_embedding(positions)

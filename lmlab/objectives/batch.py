@@ -23,7 +23,7 @@ class Batch:
 
     input_ids: Tensor  # (B, T)
     mask: MaskSpec
-    positions: Tensor  # (B, T)
+    positions: Tensor  # (B, T), or (T,) when every row is one document from position 0
     targets: Tensor  # (B, T)
     predict_at: dict[str, Selector | None]
     token_type_ids: Tensor | None = None
@@ -44,7 +44,8 @@ class Batch:
                       for head, at in self.predict_at.items()}
         return Batch(
             input_ids=cut(self.input_ids), mask=self.mask.rows(start, stop),
-            positions=cut(self.positions), targets=cut(self.targets), predict_at=predict_at,
+            positions=self.positions if self.positions.ndim == 1 else cut(self.positions),
+            targets=cut(self.targets), predict_at=predict_at,
             token_type_ids=cut(self.token_type_ids),
             extras={k: cut(v) if v.ndim else v for k, v in self.extras.items()},
             host_facts=self.host_facts,

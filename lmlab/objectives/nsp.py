@@ -124,7 +124,7 @@ class MaskedLMWithNSP(Objective):
         segments = (pairs != pad).long()
         return Batch(
             input_ids=inputs, mask=MaskSpec("bidirectional", segment_ids=segments),
-            positions=torch.arange(block_len).expand(batch, block_len), targets=targets,
+            positions=torch.arange(block_len), targets=targets,  # one pair a row, from 0
             predict_at={self.mlm.head: Positions.where(targets != IGNORE_INDEX), "nsp": None},
             token_type_ids=types, extras={"nsp_label": labels},
         )
