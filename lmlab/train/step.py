@@ -41,15 +41,15 @@ def forward_loss(model, objective, compile_model: bool, one_graph: bool | None =
     fused, chunked projection + cross-entropy (lmlab/kernels/linear_cross_entropy.py), so full
     logits are never materialised; compiled, the model is one graph and the loss stays eager
     (as fast as inductor's own fusion of projection and log-softmax, measured, bf16 on 2
-    cores). One graph (`one_graph`; by default compiled on one CUDA GPU): the heads' logits in
-    one product and a plain cross-entropy, compiled with the model into one graph, wherever
-    the logits fit the device's free memory (`whole_logits_fit`), else chunked.
+    cores). One graph (`one_graph`; by default compiled on CUDA, one GPU or DDP's ranks): the
+    heads' logits in one product and a plain cross-entropy, compiled with the model into one
+    graph, wherever the logits fit the device's free memory (`whole_logits_fit`), else chunked.
 
     Compiled, batches take the form of `compiled_form`, so that one graph serves them all."""
     inner = getattr(model, "module", model)  # under DDP, the model it wraps
     device = next(inner.parameters()).device
     if one_graph is None:
-        one_graph = compile_model and device.type == "cuda" and inner is model
+        one_graph = compile_model and device.type == "cuda"
     forward = torch.compile(model) if compile_model else model
 
     def chunked(batch) -> LossSum:
