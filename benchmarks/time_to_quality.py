@@ -4,7 +4,7 @@
         [--first-seed 0]
         [--candidates NAME ...] [--combine NAME ...] [--on-defaults]
     python benchmarks/time_to_quality.py nanogpt --nanogpt DIR [--minutes 10]
-        [--nanogpt-minutes 20] [--model gpt2-mini]
+        [--nanogpt-minutes 20] [--nanogpt-lrs 6e-4 1.2e-3 2.4e-3 4.8e-3] [--model gpt2-mini]
 
 `search` trains each candidate recipe (one change to the baseline, or with --combine several)
 with `lmlab pretrain --minutes` on the shared corpora (Brown and the State of the Union
@@ -17,11 +17,13 @@ is a plain recipe spelled out, or with --on-defaults lmlab's defaults as they ar
 
 `nanogpt` trains lmlab's default CLM recipe (`lmlab pretrain --objective clm` with only the
 data and the time given) and nanoGPT's own `model.py` with its `configure_optimizers` (AdamW
-at nanoGPT's defaults: lr 6e-4, betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) on the
-same blocks, shape and batch, warm-up and cosine decay over the steps that fit the time (the
-schedule lmlab uses). Both validate 12 times spread over their time on the same blocks; the
-curves (bits per byte against seconds) are plotted and the time each took to reach the other's
-final quality is read off them.
+at nanoGPT's settings: betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) on the same
+blocks, shape and batch, warm-up and cosine decay over the steps that fit the time (the
+schedule lmlab uses), once at each of --nanogpt-lrs: a learning-rate search at the size, as
+lmlab's recipe had (6e-4, nanoGPT's default, is the rate of its 124M model). Every run
+validates 12 times spread over its time on the same blocks; the curves (bits per byte against
+seconds) are plotted, and the time lmlab took to reach the best nanoGPT run's final quality is
+read off them.
 
 Results: benchmarks/results/time_to_quality_<objective>.json (search) and
 time_to_quality_nanogpt_MODEL_AvBmin.{json,png} (A minutes of lmlab against B of nanoGPT),
@@ -234,7 +236,7 @@ def nanogpt_train(args) -> None:
     model = nanogpt.GPT(nanogpt.GPTConfig(
         block_size=SEQ_LEN, vocab_size=special.vocab_size, n_layer=cfg.n_layers,
         n_head=cfg.n_heads, n_embd=cfg.d_model, dropout=0.0, bias=True))
-    optimizer = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cpu")
+    optimizer = model.configure_optimizers(0.1, args.lr, (0.9, 0.95), "cpu")
     train = BlockBatches(dataset.train, SEQ_LEN, MICRO_BATCH, "concatenate",
                          special.padding_id, special.sep, args.seed)
     deadline = Deadline(args.minutes, validations=DEADLINE_VALIDATIONS)
@@ -245,7 +247,7 @@ def nanogpt_train(args) -> None:
     curve, step, total, eval_blocks = [], 0, None, None
     while total is None or step < total:
         for group in optimizer.param_groups:
-            group["lr"] = 6e-4 * schedule(step)
+            group["lr"] = args.lr * schedule(step)
         tokens = train.batch(step).tokens  # (B, T)
         _, loss = model(tokens[:, :-1], tokens[:, 1:].contiguous())
         loss.backward()
@@ -316,39 +318,49 @@ def versus_nanogpt(args) -> None:
     lmlab("pretrain", "--objective", "clm", "--data", data, "--minutes", args.minutes,
           "--out", lmlab_run, "--overwrite", *(["--model", args.model] if args.model else []))
     ours = lmlab_curve(lmlab_run, data)
-    curve_file = runs / "nanogpt.json"
-    subprocess.run([sys.executable, __file__, "nanogpt-train", "--nanogpt", args.nanogpt,
-                    "--data", data, "--minutes", str(args.nanogpt_minutes), "--out", curve_file,
-                    "--model", args.model or "gpt2-mini"],
-                   check=True, env={**os.environ, "OMP_NUM_THREADS": THREADS})
-    theirs = json.loads(curve_file.read_text())
+    searched = {lr: nanogpt_run(args, data, runs / f"nanogpt-lr{lr:g}.json", lr)
+                for lr in args.nanogpt_lrs}
+    best_lr = min(searched, key=lambda lr: searched[lr]["final_bpb"])
+    theirs = searched[best_lr]
     reached = time_to_reach(ours["curve"], theirs["curve"][-1]["bpb"])
     ratio = None if reached is None else theirs["curve"][-1]["seconds"] / reached
     print(f"lmlab {args.minutes} min: {ours['final_bpb']:.4f} bpb; nanoGPT "
-          f"{args.nanogpt_minutes} min: {theirs['final_bpb']:.4f} bpb; lmlab reached nanoGPT's "
-          f"final validation in {reached} s (time ratio {ratio})")
+          f"{args.nanogpt_minutes} min at its best rate {best_lr:g}: {theirs['final_bpb']:.4f} "
+          f"bpb; lmlab reached it in {reached} s (time ratio {ratio})")
     stem = (f"time_to_quality_nanogpt_{args.model or 'auto'}_"
             f"{args.minutes:g}v{args.nanogpt_minutes:g}min")
-    plot(ours, theirs, RESULTS / f"{stem}.png", args)
+    plot(ours, searched, best_lr, RESULTS / f"{stem}.png", args)
     write_results(RESULTS / f"{stem}.json", {
         "machine": machine(threads=int(THREADS)), "model": args.model or "auto",
         "lmlab_model_config": json.loads((lmlab_run / "config.json").read_text())["model"],
         "lmlab_minutes": args.minutes, "nanogpt_minutes": args.nanogpt_minutes,
-        "lmlab": ours, "nanogpt": theirs, "lmlab_seconds_to_nanogpt_final": reached,
-        "time_ratio": ratio}, args.work)
+        "lmlab": ours, "nanogpt_lr": best_lr, "nanogpt": theirs,
+        "nanogpt_search": {f"{lr:g}": run["final_bpb"] for lr, run in searched.items()},
+        "lmlab_seconds_to_nanogpt_final": reached, "time_ratio": ratio}, args.work)
 
 
-def plot(ours: dict, theirs: dict, out: Path, args) -> None:
+def nanogpt_run(args, data: Path, out: Path, lr: float) -> dict:
+    """One nanoGPT run at `lr`, in its own process with lmlab's threads: its curve."""
+    subprocess.run([sys.executable, __file__, "nanogpt-train", "--nanogpt", args.nanogpt,
+                    "--data", data, "--minutes", str(args.nanogpt_minutes), "--out", out,
+                    "--model", args.model or "gpt2-mini", "--lr", str(lr)],
+                   check=True, env={**os.environ, "OMP_NUM_THREADS": THREADS})
+    return json.loads(out.read_text())
+
+
+def plot(ours: dict, searched: dict, best_lr: float, out: Path, args) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    for label, result in ((f"lmlab default CLM recipe ({args.minutes:g} min)", ours),
-                          (f"nanoGPT model.py + AdamW ({args.nanogpt_minutes:g} min)", theirs)):
+    runs = [(f"lmlab default CLM recipe ({args.minutes:g} min)", ours, 1.0)]
+    runs += [(f"nanoGPT model.py + AdamW, lr {lr:g}" + (" (best)" if lr == best_lr else ""),
+              result, 1.0 if lr == best_lr else 0.35) for lr, result in searched.items()]
+    for label, result, alpha in runs:
         axis.plot([p["seconds"] for p in result["curve"]], [p["bpb"] for p in result["curve"]],
-                  marker="o", label=label)
+                  marker="o", label=label, alpha=alpha)
     axis.set_xlabel("wall-clock seconds (2 CPU threads)")
     axis.set_ylabel("held-out bits per byte")
     axis.set_title(f"Brown + State of the Union, {(args.model or 'mini').split('-')[-1]} size "
@@ -380,6 +392,9 @@ def main() -> None:
     versus.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
     versus.add_argument("--minutes", type=float, default=10.0)
     versus.add_argument("--nanogpt-minutes", type=float, default=20.0)
+    versus.add_argument("--nanogpt-lrs", type=float, nargs="+",
+                        default=[6e-4, 1.2e-3, 2.4e-3, 4.8e-3],
+                        help="nanoGPT's peak learning rates, one run each (its best is quoted)")
     versus.add_argument("--model", default=None, help="a preset; none = lmlab's --model auto")
     inner = commands.add_parser("nanogpt-train")  # one nanoGPT run, in its own process
     inner.add_argument("--nanogpt", type=Path, required=True)
@@ -388,6 +403,7 @@ def main() -> None:
     inner.add_argument("--out", type=Path, required=True)
     inner.add_argument("--model", default="gpt2-mini")
     inner.add_argument("--seed", type=int, default=0)
+    inner.add_argument("--lr", type=float, default=6e-4)
     for sub in (search_parser, versus):
         sub.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
         sub.add_argument("--work", type=Path, default=Path("/tmp/lmlab-time-to-quality"))
