@@ -8,9 +8,7 @@ from tests.module_graph import ROOT, modules
 MODULE_LINES = 350
 FUNCTION_LINES = 50  # from `def` to the last line, docstring included
 # Each still over its limit, named so the list can only shrink.
-LONG_MODULES = {
-    "lmlab.data.readers", "lmlab.finetune.readers",
-}
+LONG_MODULES: set[str] = set()
 LONG_FUNCTIONS = {
     "lmlab.commands.prepare.add_prepare_command", "lmlab.commands.compare.add_compare_command",
     "lmlab.eval.scoring.score_documents",
