@@ -9,11 +9,7 @@ MODULE_LINES = 350
 FUNCTION_LINES = 50  # from `def` to the last line, docstring included
 # Each still over its limit, named so the list can only shrink.
 LONG_MODULES: set[str] = set()
-LONG_FUNCTIONS = {
-    "lmlab.commands.prepare.add_prepare_command", "lmlab.commands.compare.add_compare_command",
-    "lmlab.eval.scoring.score_documents",
-    "lmlab.infer.decoding.decode", "lmlab.kernels.linear_cross_entropy.forward",
-}
+LONG_FUNCTIONS: set[str] = set()
 
 
 def _sizes():
