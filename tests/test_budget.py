@@ -3,11 +3,11 @@ from types import SimpleNamespace
 import pytest
 
 from lmlab.config.budget import Deadline, parse_count, step_budget, steps_in_minutes
+from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 from lmlab.train import pretrain as pretraining
 from lmlab.train import step
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import IGNORE_INDEX, MaskedLM
 from lmlab.objectives.losses import token_loss_sum
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 

@@ -12,9 +12,9 @@ from lmlab.compare.design import CLUSTERS, MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
+from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
 from lmlab.finetune.traits import TASKS
-from lmlab.presets import FAMILIES, SIZES
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")

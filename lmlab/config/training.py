@@ -231,9 +231,9 @@ class TrainConfig(LoopConfig):
 def check_before_data(config: TrainConfig) -> None:
     """Catch a bad objective or preset before minutes are spent preparing data (imported here:
     parsing a config loads no torch)."""
+    from lmlab.config.presets import preset
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.objectives.registry import build_objective
-    from lmlab.presets import preset
 
     build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
     if config.model != "auto":

@@ -19,6 +19,7 @@ from lmlab.config.budget import (
     steps_in_minutes,
 )
 from lmlab.config.parsing import resolve_config
+from lmlab.config.presets import auto_family, preset
 from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
@@ -29,7 +30,6 @@ from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import auto_family, preset
 from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
