@@ -27,8 +27,7 @@ from lmlab.finetune.splits import Splits, read_splits
 from lmlab.finetune.traits import TASKS, task_refusal
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
-from lmlab.model.heads import HEADS, make_head
-from lmlab.model.selectors import Pooling
+from lmlab.model.heads import make_head, pools
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
@@ -68,7 +67,7 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
     cfg = pretrained.cfg.with_changes(dropout=dropout)
     model = LanguageModel(cfg, heads={task.head: make_head(task.head, cfg, **task.head_options())})
     model.backbone.load_state_dict(pretrained.backbone.state_dict())
-    model.heads[task.head].start_from(pretrained.heads)
+    model.heads[task.head].start_from(pretrained.heads, model.backbone.token_embedding)
     return model
 
 
@@ -185,7 +184,7 @@ def _recorded_pooling(run: Run) -> str | None:
 def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int,
                  pretrained: Run) -> str:
     pooling = ""
-    if Pooling in HEADS[task.head].accepts:
+    if pools(task.head):
         recorded = RECORDED_POOLINGS.get(_recorded_pooling(pretrained))
         origin = " (as the model records)" if recorded == cfg.pooling else ""
         pooling = f", {cfg.pooling} pooling{origin}"
