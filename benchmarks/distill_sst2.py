@@ -185,11 +185,11 @@ def speed(args, work: Path, splits) -> dict:
 
 def mlm_flops(minutes: float, model: str, seq_len: int, batch: int) -> float:
     """The training FLOPs masked LM reaches in `minutes` here, by lmlab's own step timing."""
+    from lmlab.config.presets import preset
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.model import LanguageModel
     from lmlab.model.flops import objective_flops_per_token
     from lmlab.objectives.registry import build_objective
-    from lmlab.presets import preset
     from lmlab.train.step import step_seconds
 
     special = SpecialTokens.layout(8192, 0)

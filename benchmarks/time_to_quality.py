@@ -221,9 +221,9 @@ def nanogpt_train(args) -> None:
     import torch
 
     from lmlab.config.budget import DEADLINE_VALIDATIONS, Deadline, deadline_eval_batches
+    from lmlab.config.presets import preset
     from lmlab.data.dataset import open_dataset
     from lmlab.data.loader import BlockBatches
-    from lmlab.presets import preset
     from lmlab.train.schedule import Schedule
 
     torch.manual_seed(args.seed)

@@ -2,9 +2,9 @@
 
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
-from lmlab.presets import preset
 
 
 def favouring_model(special: SpecialTokens, favoured: int, logit: float = 5.0,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
 from tests.test_hf_parity import jitter
 

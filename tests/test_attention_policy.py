@@ -4,10 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lmlab.config.presets import preset
 from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
-from lmlab.presets import preset
 from tests.conftest import seeded
 
 VOCAB, LENGTH = 50, 16

@@ -2,14 +2,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from lmlab.config.budget import Deadline, parse_count, step_budget, steps_in_minutes
+from lmlab.config.budget import Budget, parse_count, step_budget, steps_in_minutes
+from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 from lmlab.train import pretrain as pretraining
 from lmlab.train import step
+from lmlab.train.deadline import Deadline
 
 
 def test_counts_and_budgets():
@@ -20,6 +21,15 @@ def test_counts_and_budgets():
     assert step_budget(100, "1M", 0, 4096) == 100  # the smaller budget wins
     assert step_budget(None, None, 10**6, 4096) is None
     assert steps_in_minutes(2, 0.5) == 240
+
+
+def test_a_budget_is_checked_as_it_is_read_from_a_config_or_a_run():
+    budget = TrainConfig(steps=10, tokens="1k").budget
+    assert budget == Budget.of({"steps": 10, "tokens": "1k", "lr": 0.1})
+    assert budget.step_cap(10**6, 100) == 10 and budget.time_limit(10) is None
+    assert Budget().time_limit(None) == 5.0  # no budget at all: five minutes
+    with pytest.raises(ValueError, match="minutes must be a positive number"):
+        Budget.of({"minutes": 0.0})
 
 
 def test_unreadable_count():
@@ -45,8 +55,8 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     # A clock under the test's control: the timed micro-batch takes 0.25 s.
     readings = iter([100.0, 100.25])
     monkeypatch.setattr(step, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
-    steps = pretraining._total_steps(cfg, model, built, special, micro_size=2, accumulation=4,
-                                        announce=False)
+    steps = pretraining._total_steps(cfg.budget, cfg, model, built, special, micro_size=2,
+                                     accumulation=4, announce=False)
     assert rows == [2]  # timed once (the run's deadline corrects it), on one micro-batch
     assert next(readings, None) is None  # the timing read the clock twice
     # the timing, times 4 micro-batches per step, fills the minute
@@ -64,11 +74,11 @@ def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
     timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2,
                  announce=False)
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
-    assert pretraining._total_steps(config, **timed) == 10
+    assert pretraining._total_steps(config.budget, config, **timed) == 10
     monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=500)
-    assert pretraining._total_steps(config, **timed) == 26
+    assert pretraining._total_steps(config.budget, config, **timed) == 26
 
 
 class Clock:

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from lmlab.cli import build_parser, main
+from lmlab.config.presets import preset_names
 from lmlab.objectives.registry import objective_names
-from lmlab.presets import preset_names
 
 SURFACE = {
     "compare": ["--batch-size", "--budget", "--cluster", "--cpus-per-run", "--data",

@@ -16,10 +16,10 @@ from lmlab.cli import main
 from lmlab.compare.analysis import analyse
 from lmlab.compare.design import CompareConfig, Probe, SubRun, label, sub_runs
 from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
+from lmlab.config.presets import preset
 from lmlab.data.dataset import open_dataset
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.registry import build_objective, split_specs
-from lmlab.presets import preset
 
 WORDS = ("cat dog sun moon tree rock bird fish lake hill road farm milk corn wolf bear "
          "ship coat king rain snow leaf star wind").split()  # one token each

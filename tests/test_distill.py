@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from lmlab.cli import main
+from lmlab.config.presets import preset
 from lmlab.distill.losses import number_loss, soft_label_loss
 from lmlab.distill.student import cut_from, kept_layers
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
-from lmlab.presets import preset
 from tests.test_finetune import CONTEXT, runs, sentiment, sentiment_rows, write_tsv  # noqa: F401
 
 

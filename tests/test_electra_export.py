@@ -5,12 +5,12 @@ from a tiny random config through the converter export uses."""
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.export.electra import electra_config, electra_weights
 from lmlab.export.hf import hf_config_dict
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 
 transformers = pytest.importorskip("transformers")
 

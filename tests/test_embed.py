@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from lmlab import Pretrained
+from lmlab.config.presets import preset
 from lmlab.infer.embed import save_npy
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import SpecialTokens
-from lmlab.presets import preset
 from tests.conftest import seeded
 
 SPECIAL = SpecialTokens.layout(80)

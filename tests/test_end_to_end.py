@@ -13,9 +13,9 @@ import random
 import numpy as np
 import pytest
 
+from lmlab.config.presets import auto_family
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.objectives.registry import build_objective, example_specs
-from lmlab.presets import auto_family
 from lmlab.runs import load_run
 from tests.cli_process import lmlab, refused, run_lmlab, serving, torchrun
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama

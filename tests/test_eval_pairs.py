@@ -1,6 +1,7 @@
 """Minimal pairs: accuracy from injected scores and from a hand-built model whose preferences
 are known; ties count as wrong; grouping; one-line errors naming file and line."""
 
+import gzip
 import json
 import math
 
@@ -58,6 +59,15 @@ def test_uid_grouping_only_where_it_is_not_the_file_name(tmp_path):
     assert read_pairs([tmp_path / "mixed.jsonl"])[1].groups == {"file": "mixed", "UID": "y"}
     chosen = read_pairs([tmp_path / "mixed.jsonl"], group_by=["UID"])
     assert [p.groups for p in chosen] == [{"UID": "x"}, {"UID": "y"}]
+
+
+def test_compressed_pair_files_are_read_and_grouped_by_their_plain_name(tmp_path):
+    (tmp_path / "island.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r) + "\n" for r in [pair("a", "b"), pair("c", "d")]).encode()))
+    (tmp_path / "notes.md").write_text("not pairs")
+    pairs = read_pairs([tmp_path])
+    assert [(p.good, p.groups) for p in pairs] == [("a", {"file": "island"}),
+                                                   ("c", {"file": "island"})]
 
 
 @pytest.mark.parametrize("lines,group_by,message", [

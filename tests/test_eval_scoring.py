@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.eval import scoring
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring, SpanScoring
 from lmlab.eval.scoring import score_documents
@@ -14,7 +15,6 @@ from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import CausalLM, PrefixLM, SpecialTokens
 from lmlab.objectives.span_corruption import corrupt_spans
-from lmlab.presets import preset
 from tests.eval_models import favouring_model
 
 CONTEXT = 24

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from lmlab import Pretrained, load
+from lmlab.config.presets import preset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.model import LanguageModel
-from lmlab.presets import preset
 from lmlab.runs.reading import MASK_TEXT, absorb_space_before
 from tests.cycle_language import SPECIAL, cycle, train_cycle_run
 

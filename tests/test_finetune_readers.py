@@ -1,18 +1,21 @@
 """Readers for labelled fine-tuning data: tables, SQuAD, CoNLL, and their one-line errors."""
 
+import gzip
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lmlab.data.errors import DataError
+from lmlab.finetune.labels import check_labels_known, check_tags_known, label_names
 from lmlab.finetune.readers import (
     QAExample,
     TaggedSentence,
     TextExample,
-    check_labels_known,
-    check_tags_known,
     guess_pair_column,
-    label_names,
+    is_squad,
+    is_table,
     read_conll,
     read_squad,
     read_table,
@@ -136,6 +139,27 @@ def test_bad_jsonl_lines(tmp_path):
     fails(lambda: read_table(nested), "n.jsonl:1:", "'text'", "list")
 
 
+def test_compressed_and_parquet_tables_read_like_plain_ones(tmp_path):
+    rows = [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}]
+    expected = [TextExample("good", None, "pos", 1), TextExample("bad", None, "neg", 2)]
+    packed = tmp_path / "train.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    assert is_table(packed) and read_table(packed) == expected
+    columns = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), columns)
+    assert is_table(columns) and read_table(columns) == expected
+    fails(lambda: read_table(columns, label_column="y"), "train.parquet:", "no label column 'y'")
+
+
+def test_invalid_utf8_in_a_labelled_set_is_fatal_at_its_line(tmp_path):
+    path = tmp_path / "latin1.tsv"
+    path.write_bytes("text\tlabel\ncafe\t1\ncaf\u00e9\t0\n".encode("latin-1"))
+    fails(lambda: read_table(path), "latin1.tsv:3:", "not UTF-8")
+    conll = tmp_path / "latin1.conll"
+    conll.write_bytes("a\tO\n\nr\u00e9sum\u00e9\tO\n".encode("latin-1"))
+    fails(lambda: read_conll(conll), "latin1.conll:3:", "not UTF-8")
+
+
 def test_empty_files(tmp_path):
     fails(lambda: read_table(write(tmp_path, "empty.tsv", "")), "empty.tsv:", "no examples")
     fails(lambda: read_table(write(tmp_path, "head.csv", "text,label\n")), "head.csv:",
@@ -189,6 +213,13 @@ def test_squad_unanswered_question(tmp_path):
     fails(lambda: read_squad(path), "squad.json:", "question 'q1'", "no answers",
           "is_impossible")
     assert read_squad(path, need_answers=False).examples[0].answers == ()
+
+
+def test_squad_compressed(tmp_path):
+    plain = squad(tmp_path, [question("q1")])
+    packed = tmp_path / "squad.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert is_squad(packed) and read_squad(packed) == read_squad(plain)
 
 
 def test_squad_malformed(tmp_path):

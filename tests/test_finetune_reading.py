@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.finetune.base import Row, resolve_reading
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.data import TaskData
@@ -26,7 +27,6 @@ from lmlab.model.heads import make_head
 from lmlab.model.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 from lmlab.runs.schema import Reading
 
 SPECIAL = SpecialTokens.layout(vocab_size=32)

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from lmlab import Pretrained, load
+from lmlab.config.presets import preset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.infer.generate import prepare_prompt
 from lmlab.infer.infill import splice, split_spans, with_sentinels
 from lmlab.infer.text_stream import IncrementalText
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import PrefixLM, SpanCorruption, SpecialTokens
-from lmlab.presets import preset
 from tests.conftest import seeded
 from tests.cycle_language import SPECIAL, cycle, train_cycle_run
 

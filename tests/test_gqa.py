@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lmlab.config.presets import preset
 from lmlab.export import from_hf_state_dict, hf_config, to_hf_state_dict
 from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import KVCache, LanguageModel, MaskSpec
 from lmlab.model.flops import flops_per_token
-from lmlab.presets import preset
 from tests.test_hf_parity import (
     VOCAB,
     assert_same_outputs,

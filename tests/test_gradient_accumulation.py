@@ -2,9 +2,9 @@
 
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel
 from lmlab.objectives import CausalLM, MaskedLM, MaskedLMWithNSP
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import IGNORE_INDEX, MaskedLM
 from lmlab.objectives.losses import token_loss_sum
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 
@@ -62,10 +62,25 @@ def test_a_sequence_head_starts_from_the_next_sentence_pooler_and_others_start_f
 
     cfg = preset("bert-tiny", vocab_size=64)
     nsp, classify, tag = (make_head(name, cfg) for name in ("nsp", "classify", "tag"))
-    classify.start_from({"nsp": nsp})
+    embedding = torch.nn.Embedding(64, cfg.d_model)
+    classify.start_from({"nsp": nsp}, embedding)
     assert all(torch.equal(a, b) for a, b in zip(classify.pooler.state_dict().values(),
                                                  nsp.pooler.state_dict().values(), strict=True))
     assert not torch.equal(classify.classifier.weight[:2], nsp.classifier.weight)
     before = [p.clone() for p in tag.parameters()]
-    tag.start_from({"nsp": nsp})
+    tag.start_from({"nsp": nsp}, embedding)
     assert all(torch.equal(a, b) for a, b in zip(before, tag.parameters(), strict=True))
+
+
+def test_a_new_vocabulary_head_starts_from_the_token_embeddings_and_says_so():
+    from lmlab.model.heads import HEADS, make_head, pools
+
+    cfg = preset("modern-tiny", vocab_size=64)  # untied
+    embedding, head = torch.nn.Embedding(64, cfg.d_model), make_head("lm", cfg)
+    head.start_from({}, embedding)
+    assert torch.equal(head.decoder.weight, embedding.weight)
+    assert HEADS["lm"].how_it_starts(cfg) == "decoder a copy of the token embeddings"
+    assert HEADS["lm"].how_it_starts(preset("gpt2-tiny", 64)) == (
+        "decoder tied to the token embeddings")
+    assert HEADS["rtd"].how_it_starts(cfg) == "fresh"
+    assert [name for name in HEADS if pools(name)] == ["nsp", "classify"]

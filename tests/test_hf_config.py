@@ -7,8 +7,8 @@ import json
 import pytest
 
 from lmlab.config import ModelConfig
+from lmlab.config.presets import preset, preset_names
 from lmlab.export import config_from_hf, hf_config, hf_config_dict
-from lmlab.presets import preset, preset_names
 
 LLAMA_GQA = preset("modern-tiny", vocab_size=300, max_seq_len=2048, n_heads=4, n_kv_heads=2,
                    head_size=24, ffn_size=80, tie_embeddings=False, rope_theta=500000.0)

@@ -110,8 +110,8 @@ def test_tied_weights_are_stored_once_with_pt_metadata(tmp_path):
 
 
 def test_the_default_masked_model_is_the_modernbert_family():
+    from lmlab.config.presets import auto_family
     from lmlab.objectives.registry import build_objective
-    from lmlab.presets import auto_family
     from tests.hf_runs import tiny_tokenizer
 
     special = special_tokens_of(tiny_tokenizer("bert"))

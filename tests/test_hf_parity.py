@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
+from lmlab.config.presets import preset
 from lmlab.export import (
     config_from_hf,
     family_of,
@@ -33,7 +34,6 @@ from lmlab.objectives import (
     SpecialTokens,
 )
 from lmlab.objectives.losses import next_token_targets
-from lmlab.presets import preset
 
 if os.environ.get("CI"):
     import transformers  # CI installs the dev extras, so there a missing one must fail

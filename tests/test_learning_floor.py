@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.data.synthetic import MarkovChain
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import IGNORE_INDEX, CausalLM, MaskedLM, SpecialTokens
-from lmlab.presets import preset
 
 FIRST_SYMBOL_ID = 7  # after the seven named special tokens
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import lmlab.kernels.linear_cross_entropy as fused
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Unprojected
 from lmlab.objectives import (
@@ -19,7 +20,6 @@ from lmlab.objectives import (
     PrefixLM,
     SpanCorruption,
 )
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 VOCAB, WIDTH, ROWS = 50, 16, 11

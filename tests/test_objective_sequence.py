@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file
 
 from lmlab.config import ModelConfig
+from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.objectives import CausalLM, MaskedLM, SpecialTokens, Then
 from lmlab.objectives.registry import build_objective, split_specs
-from lmlab.presets import preset
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.metrics import read_metrics
 from lmlab.train import pretrain as pretraining

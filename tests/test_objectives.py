@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel
 from lmlab.objectives import (
     IGNORE_INDEX,
@@ -16,7 +17,6 @@ from lmlab.objectives import (
 )
 from lmlab.objectives.mixture import rows_per_objective
 from lmlab.objectives.nsp import IS_NEXT, NOT_NEXT
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 

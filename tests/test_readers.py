@@ -8,13 +8,16 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from lmlab.data import readers
+from lmlab.data import json_stream, row_formats
 from lmlab.data.errors import DataError
 from lmlab.data.readers import (
     ReadOptions,
     ReadStats,
+    Row,
     expand_sources,
     read_file,
+    read_lines,
+    read_rows,
     read_sources,
 )
 
@@ -74,7 +77,7 @@ def test_each_text_format_reads_the_same_documents_compressed_or_not(tmp_path, c
 
 
 def test_json_streams_an_array_across_read_chunks_and_accepts_bare_objects(tmp_path, monkeypatch):
-    monkeypatch.setattr(readers, "JSON_READ_CHARS", 7)  # every value spans several reads
+    monkeypatch.setattr(json_stream, "JSON_READ_CHARS", 7)  # every value spans several reads
     docs = [f"document {i} " + "x" * (i * 5) for i in range(20)]
     array = write(tmp_path / "array.json", json.dumps([{"text": d} for d in docs]).encode())
     assert read(array) == docs
@@ -90,7 +93,7 @@ def test_field_and_column_options(tmp_path):
 
 
 def test_parquet_streams_row_groups_and_counts_null_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 3)
+    monkeypatch.setattr(row_formats, "PARQUET_BATCH_ROWS", 3)
     texts = [f"row {i}" for i in range(500)] + [None]
     pq.write_table(pa.table({"text": texts}), tmp_path / "big.parquet", row_group_size=64)
     stats = ReadStats()
@@ -116,6 +119,27 @@ def test_csv_counts_invalid_utf8_per_record(tmp_path):
     stats = ReadStats()
     assert list(read_file(path, stats=stats)) == ["ok", "multi\nline \ufffd", "ok too"]
     assert stats.invalid_utf8_documents == 1
+
+
+def test_rows_keep_every_field_with_invalid_bytes_replaced(tmp_path):
+    path = write(tmp_path / "a.jsonl.gz", b'{"text": "a", "tags": ["x\xff"], "n": 1}\n')
+    stats = ReadStats()
+    assert list(read_rows(path, stats=stats)) == [Row(1, {"text": "a", "tags": ["x\ufffd"],
+                                                         "n": 1})]
+    assert (stats.documents, stats.invalid_utf8_bytes) == (1, 1)
+    table = write(tmp_path / "a.csv", b"id,text\n1,one\n2,two,extra\n" + b"3,x\n" * 200)
+    stats = ReadStats()
+    rows = list(read_rows(table, stats=stats))
+    assert rows[0] == Row(2, {"id": "1", "text": "one"}) and len(rows) == 201
+    assert stats.skipped == {"wrong_width": 1}  # a shifted cell would be the wrong text
+    one_line_error("a.csv:3: 3 fields, the header has 2",
+                   lambda: list(read_rows(table, ReadOptions(strict=True))))
+
+
+def test_a_txt_file_read_as_another_format_and_by_lines(tmp_path):
+    path = write(tmp_path / "sick.txt.gz", b"text\tlabel\nhi\t1\n")
+    assert list(read_rows(path, as_format=".tsv")) == [Row(2, {"text": "hi", "label": "1"})]
+    assert list(read_lines(path)) == [(1, "text\tlabel"), (2, "hi\t1")]
 
 
 # ---------------------------------------------------------------- sources

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.heads import generator_config
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import sample_tokens
-from lmlab.presets import preset
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
 

@@ -68,7 +68,20 @@ def test_embeddings_learn_faster_from_random_weights_only():
     from lmlab.config.training import TrainConfig
     from lmlab.finetune.config import FinetuneConfig
 
-    assert TrainConfig().embedding_rate_scale == 10.0
-    assert TrainConfig(init="runs/imported").embedding_rate_scale == 1.0
-    assert TrainConfig(init="runs/imported", embedding_lr_scale=3.0).embedding_rate_scale == 3.0
-    assert FinetuneConfig(train="t.tsv", validation="v.tsv").embedding_rate_scale == 1.0
+    def rate(cfg):  # as the run's concrete config has it
+        return cfg.concrete("fp32", False).embedding_lr_scale
+
+    assert rate(TrainConfig()) == 10.0
+    assert rate(TrainConfig(init="runs/imported")) == 1.0
+    assert rate(TrainConfig(init="runs/imported", embedding_lr_scale=3.0)) == 3.0
+    assert rate(FinetuneConfig(train="t.tsv", validation="v.tsv")) == 1.0
+
+
+def test_the_concrete_config_fills_what_the_device_decided():
+    from lmlab.config.training import TrainConfig
+
+    asked = TrainConfig(precision="auto", compile=None)
+    concrete = asked.concrete("bf16", True)
+    assert (concrete.precision, concrete.compile, concrete.embedding_lr_scale) == ("bf16", True,
+                                                                                  10.0)
+    assert asked.precision == "auto"  # a new config, the asked one left as it was

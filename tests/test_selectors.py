@@ -5,10 +5,10 @@ kind it cannot read, and composites ask for their heads with selectors of the ri
 import pytest
 import torch
 
+from lmlab.config.presets import preset
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.selectors import Pooling, Positions, Rows, stacked
 from lmlab.objectives import Alternating, CausalLM, MaskedLM, MaskedLMWithNSP, Mixture
-from lmlab.presets import preset
 from tests.conftest import random_block, seeded
 
 ROWS, LENGTH = 5, 6

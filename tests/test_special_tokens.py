@@ -8,6 +8,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from lmlab.config.presets import preset
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.errors import DataError
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, SPECIAL_TOKENS, special_tokens_of
@@ -20,7 +21,6 @@ from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import preset
 from lmlab.runs.reading import reading_document
 from lmlab.runs.run import Run
 

@@ -12,9 +12,9 @@ from lmlab.compare.design import CLUSTERS, MATCHES
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
+from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
 from lmlab.finetune.traits import TASKS
-from lmlab.presets import FAMILIES, SIZES
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")
@@ -83,6 +83,13 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                         help="budget fractions to run, each a run of its own")
     parser.add_argument("--seeds", type=int, default=3,
                         help="pre-training seeds per objective, paired across objectives")
+    _add_training_options(parser)
+    _add_measure_options(parser)
+    _add_cluster_options(parser)
+
+
+def _add_training_options(parser: argparse.ArgumentParser) -> None:
+    """What every sub-run pre-trains with."""
     parser.add_argument("--model", default="modern-mini",
                         help="the one preset every objective trains (family-size)")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
@@ -90,6 +97,10 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="compute precision of pre-training and probes")
+
+
+def _add_measure_options(parser: argparse.ArgumentParser) -> None:
+    """How each sub-run is scored."""
     parser.add_argument("--probe", action="append", default=[], dest="probes",
                         metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
                         help=f"a fine-tuning probe (task: {', '.join(TASKS)}), "
@@ -106,6 +117,10 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--eval-tokens", type=int, default=100_000,
                         help="held-out tokens scored for bits per byte")
     parser.add_argument("--out", default="runs/compare", help="the comparison directory")
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """Where sub-runs train, and what reports them."""
     parser.add_argument("--workers", type=int, default=1,
                         help="sub-runs trained side by side, each in its own process")
     parser.add_argument("--cluster", default="local", choices=CLUSTERS,

@@ -31,6 +31,12 @@ def add_prepare_command(commands) -> None:
                         help="processes cleaning and encoding side by side (the dataset is "
                              "the same for any number); default: one per core for inputs of "
                              "4 MB or more, else one")
+    for add_options in (_add_engine_options, _add_reading_options, _add_cleaning_options,
+                        _add_output_options):
+        add_options(parser)
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     scale = parser.add_argument_group("engine (docs/prepare.md)")
     scale.add_argument("--engine", choices=("builtin", "datatrove"), default="builtin",
                        help="builtin (default): this process and --workers; datatrove: the "
@@ -46,6 +52,9 @@ def add_prepare_command(commands) -> None:
     scale.add_argument("--verbose", action="store_true",
                        help="show datatrove's own output (by default one line a stage, its "
                             "logs in the work folder)")
+
+
+def _add_reading_options(parser: argparse.ArgumentParser) -> None:
     reading = parser.add_argument_group("reading")
     reading.add_argument("--text-field", help="JSON field or CSV/TSV/Parquet column "
                          "(default: text)")
@@ -53,6 +62,9 @@ def add_prepare_command(commands) -> None:
                          help="in .txt files, blank lines separate documents")
     reading.add_argument("--strict", action="store_const", const=True,
                          help="fail on the first bad record instead of skipping and counting")
+
+
+def _add_cleaning_options(parser: argparse.ArgumentParser) -> None:
     cleaning = parser.add_argument_group("cleaning")
     cleaning.add_argument("--normalisation", choices=NORMALISATIONS,
                           help="Unicode normalisation (default: NFC)")
@@ -68,6 +80,9 @@ def add_prepare_command(commands) -> None:
                       help="MinHash near-duplicate threshold (default: 0.8)")
     near.add_argument("--no-near-dedup", dest="near_dedup_threshold", action="store_const",
                       const="off", help="keep near-duplicate documents")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("split and tokenizer")
     output.add_argument("--validation-fraction", type=float, help="default: 0.05")
     output.add_argument("--tokenizer", metavar="KIND|PATH|RUN", help="bpe (default), "

@@ -238,9 +238,9 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     """Every (objective, budget fraction, seed), with its steps under the matched budget; the
     held-out text is checked here too, so that no design fails after training."""
     from lmlab.compare.measures import check_held_out
+    from lmlab.config.presets import preset
     from lmlab.model.flops import objective_flops_per_token
     from lmlab.objectives.registry import build_objective
-    from lmlab.presets import preset
 
     check_held_out(dataset, cfg.eval_tokens)
     model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)

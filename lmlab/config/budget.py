@@ -1,13 +1,18 @@
-"""How long a run trains: steps, tokens ("20M", "chinchilla") or minutes, whichever ends first."""
+"""How long a run trains: steps, tokens ("20M", "chinchilla") or minutes, whichever ends first,
+read and checked as a config's fields are; the clock that keeps a time budget is the loop's
+(lmlab/train/deadline.py)."""
 
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 CHINCHILLA_TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022
 DEFAULT_MINUTES = 5.0
+# Validations spread over a time budget unless --eval-every says otherwise (train/deadline.py).
+DEADLINE_VALIDATIONS = 12
 
 
 def parse_count(text: str) -> int:
@@ -50,46 +55,37 @@ def minutes_budget(minutes: float | None, steps: int | None) -> float | None:
     return minutes if minutes is not None else (None if steps else DEFAULT_MINUTES)
 
 
-# Validations spread over a time budget, so that a short run plots a curve, each on about one
-# micro-batch per hundred trained (at least one, at most --eval-batches): a forward pass
-# costs a third of a training step, so the twelve take a few percent of the time. The mask
-# of a validation is fixed, so one micro-batch gives a smooth curve.
-DEADLINE_VALIDATIONS = 12
-DEADLINE_LOG_POINTS = 50  # training-loss points in its curve
-VALIDATION_SHARE_LIMIT = 5  # a validation waits at least this many times its own duration
-MICRO_BATCHES_PER_EVAL_BATCH = 100
+@dataclass(frozen=True)
+class Budget:
+    """A run's budgets, as given: none, or any of steps, tokens and minutes (the first reached
+    ends the run)."""
+
+    steps: int | None = None
+    tokens: str | None = None  # a count such as 20M, or chinchilla (20 × parameters)
+    minutes: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
+            raise ValueError(f"minutes must be a positive number, got {self.minutes}")
+        if self.tokens is not None and self.tokens != "chinchilla":
+            if parse_count(self.tokens) < 1:
+                raise ValueError(f"tokens must be at least 1, got {self.tokens}")
+
+    @classmethod
+    def of(cls, settings: Mapping) -> Budget:
+        """The budgets among `settings` (a config's fields by name, or config.json's)."""
+        return cls(*(settings.get(name) for name in BUDGETS))
+
+    def step_cap(self, parameters: int, tokens_per_step: int) -> int | None:
+        """The steps the step and token budgets allow, or None when neither is set."""
+        return step_budget(self.steps, self.tokens, parameters, tokens_per_step)
+
+    def time_limit(self, step_cap: int | None) -> float | None:
+        """The minutes the run may take: the time budget, or with no budget at all
+        DEFAULT_MINUTES; None when a step or token budget alone decides."""
+        return minutes_budget(self.minutes, step_cap)
 
 
-def deadline_eval_batches(total_micro_batches: int, asked: int) -> int:
-    return min(asked, max(1, total_micro_batches // MICRO_BATCHES_PER_EVAL_BATCH))
-
-
-class Deadline:
-    """A time budget kept however the machine's speed changes: the step count is re-estimated
-    after every step from the pace so far (validations included), leaving time for the final
-    validation, and validations are spread evenly over the time."""
-
-    def __init__(self, minutes: float, cap: int | None = None, validations: int = 0,
-                 clock=time.perf_counter) -> None:
-        self.seconds, self.cap, self.validations, self.clock = minutes * 60, cap, validations, clock
-        self.start = self.last_validation = clock()
-        self.validation_seconds = 0.0
-
-    def total_steps(self, step: int) -> int:
-        """The step count that ends on time at the pace of the `step` steps taken."""
-        elapsed = self.clock() - self.start
-        left = self.seconds - elapsed - self.validation_seconds
-        total = step + max(0, math.floor(left * step / max(elapsed, 1e-9)))
-        return total if self.cap is None else min(total, self.cap)
-
-    def validation_due(self) -> bool:
-        """Whether `validations` spread over the time call for one now; on a machine so slow
-        that they would take more than a fifth of it, fewer."""
-        interval = max(self.seconds / max(self.validations, 1),
-                       VALIDATION_SHARE_LIMIT * self.validation_seconds)
-        return bool(self.validations) and self.clock() - self.last_validation >= interval
-
-    def validated(self, started: float) -> None:
-        """A validation that began at `started` (a reading of the clock) has ended."""
-        self.last_validation = self.clock()
-        self.validation_seconds = self.last_validation - started
+BUDGETS = ("steps", "tokens", "minutes")  # Budget's fields, by their config names

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass, replace
+from typing import Literal, TypeVar
 
-from lmlab.config.budget import DEADLINE_VALIDATIONS, parse_count
+from lmlab.config.budget import DEADLINE_VALIDATIONS, Budget
 from lmlab.config.fields import check_choices, documented
 from lmlab.extras import require_extra
 from lmlab.objectives.options import ObjectiveOptions
@@ -132,7 +132,7 @@ class LoopConfig:
             raise ValueError(f"embedding_lr_scale must be a positive number, got {scale}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
-        require_trackers(self.report_to)  # names and packages, once, before any work
+        trackers_named(self.report_to)  # their packages: require_trackers, once, at the start
         if self.optimizer == "muon" and not self.muon_runs:
             raise ValueError("--optimizer muon works with DDP and fp32 or bf16; use "
                              "--optimizer adamw with --distributed fsdp or --precision fp16")
@@ -151,13 +151,21 @@ class LoopConfig:
             return self.optimizer
         return "muon" if self.muon_runs else "adamw"
 
-    @property
-    def embedding_rate_scale(self) -> float:
-        """The multiple `embedding_lr_scale` stands for: none resolved."""
-        return self.embedding_lr_scale or 1.0
+    def concrete(self: C, precision: str, compile: bool) -> C:
+        """The config a run trains with, as config.json records it: the precision and compile
+        the device resolved, and the embeddings' learning-rate multiple as a number."""
+        scale = self.embedding_lr_scale
+        return replace(self, precision=precision, compile=compile,
+                       embedding_lr_scale=self._embedding_lr_default() if scale is None else scale)
+
+    def _embedding_lr_default(self) -> float:
+        return 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+C = TypeVar("C", bound=LoopConfig)
 
 
 @dataclass(frozen=True)
@@ -197,12 +205,13 @@ class TrainConfig(LoopConfig):
         "ones; auto = what the objective needs")
 
     @property
-    def embedding_rate_scale(self) -> float:
+    def budget(self) -> Budget:
+        return Budget(self.steps, self.tokens, self.minutes)
+
+    def _embedding_lr_default(self) -> float:
         """From random weights the embeddings learn at 10 times the rate (measured to learn
         more in a fixed time for both causal and masked LM); weights a run continues keep
         the one rate."""
-        if self.embedding_lr_scale is not None:
-            return self.embedding_lr_scale
         return 1.0 if self.init is not None else 10.0
 
     def __post_init__(self) -> None:
@@ -219,22 +228,17 @@ class TrainConfig(LoopConfig):
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps}")
-        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
-            raise ValueError(f"minutes must be a positive number, got {self.minutes}")
-        if self.tokens is not None and self.tokens != "chinchilla":
-            if parse_count(self.tokens) < 1:
-                raise ValueError(f"tokens must be at least 1, got {self.tokens}")
+        self.budget  # noqa: B018 — checked as it is read
 
 
 def check_before_data(config: TrainConfig) -> None:
-    """Catch a bad objective or preset before minutes are spent preparing data (imported here:
-    parsing a config loads no torch)."""
+    """Catch a bad objective, preset or tracker before minutes are spent preparing data
+    (imported here: parsing a config loads no torch)."""
+    from lmlab.config.presets import preset
     from lmlab.data.special_tokens import SpecialTokens
     from lmlab.objectives.registry import build_objective
-    from lmlab.presets import preset
 
+    require_trackers(config.report_to)
     build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
     if config.model != "auto":
         preset(config.model, vocab_size=1024)

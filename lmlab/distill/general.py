@@ -18,7 +18,6 @@ from lmlab.distill.signals import TeacherSignals
 from lmlab.distill.student import student_model
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.setup import FinetuneError
-from lmlab.kernels.precision import grad_scaler
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
 from lmlab.objectives.documents import blocks_pad_with
@@ -27,11 +26,10 @@ from lmlab.runs import Run
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.schema import RunConfig
 from lmlab.train.evaluate import EVAL_SEED, headline_loss
-from lmlab.train.flops import all_ranks_peak_flops
-from lmlab.train.loop import Training, run_training
+from lmlab.train.loop import run_training
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import micro_batches_per_step, start
+from lmlab.train.setup import micro_batches_per_step, resolve, start, training
 from lmlab.train.warm_start import canonical_tokenizer
 
 EVAL_BLOCKS = 8
@@ -57,7 +55,8 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
     mlm = cfg.imitate != "relations"
     model = student_model(teacher.model, cfg, lambda shape: (
         {"mlm": make_head("mlm", shape)} if mlm else {})).to(env.device)
-    cfg = replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model))
+    out = Path(cfg.out or "runs/distilled")
+    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, out)
     relation_heads = math.gcd(teacher.model.cfg.kv_heads, model.cfg.kv_heads)
     objective = TeacherSignals(MaskedLM(dataset.special), teacher.model, relation_heads,
                                cfg.imitate, cfg.temperature)
@@ -68,7 +67,6 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
                      dataset.special.padding_id if pad is None else pad, dataset.special.sep,
                      seed, env.rank, env.world_size)
         for split, seed in ((dataset.train, cfg.seed), (dataset.validation, 0)))
-    out = Path(cfg.out or "runs/distilled")
     config = RunConfig(model.cfg, {**cfg.to_dict(), "objective": "mlm"},
                        dataset=seen_from_run(out, dataset.path), heads=None if mlm else {},
                        special_tokens=teacher.config.special_tokens)
@@ -82,18 +80,15 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
         print(f"distilling {teacher.path} ({teacher.model.cfg.n_layers} layers) into a "
               f"{model.cfg.n_layers}-layer student, d={model.cfg.d_model}, imitating "
               f"{cfg.imitate} on {cfg.data}: {total} steps")
-    run_training(Training(
-        cfg=replace(cfg, eval_every=cfg.eval_every or max(1, total // 4),
-                    checkpoint_every=cfg.checkpoint_every or total),
-        env=env, model=model, train_model=started.train_model, optimizer=started.optimizer,
-        scaler=grad_scaler(cfg.precision, env.device), objective=objective,
+    run_training(training(
+        cfg, env, model, out, started, objective=objective,
         data=PretrainingData(blocks, objective, accumulation, 0),
         schedule=Schedule(cfg.schedule, total, cfg.warmup_steps or total // 20, cfg.lr_floor),
         validate=lambda: held_out_losses(model, objective, eval_blocks, env.device),
-        headline=headline_loss, out=out, state=started.state,
+        headline=headline_loss, eval_every=cfg.eval_every or max(1, total // 4),
+        checkpoint_every=cfg.checkpoint_every or total,
         flops_per_token=flops_per_token(model.cfg, cfg.seq_len,
                                         objective.predicted_fraction(micro_size, cfg.seq_len)),
-        peak_flops=all_ranks_peak_flops(cfg.precision, env),
         title=f"student of {teacher.path.name}"))
     return out
 

@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from lmlab.config.training import require_trackers
 from lmlab.distill.config import DistillConfig
 from lmlab.distill.general import distill_general
 from lmlab.distill.student import student_model
@@ -22,7 +23,6 @@ from lmlab.finetune.formats import example_files
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.setup import FinetuneError, _run_config, read_splits
-from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
@@ -31,10 +31,9 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.run import load_run, pick_checkpoint
 from lmlab.runs.schema import Reading
 from lmlab.train import distributed
-from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training, run_training
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, start
+from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
 
 TASKS = ("classify", "pairs", "regress", "ner")  # the teacher's scores are the student's targets
 
@@ -83,6 +82,7 @@ def with_teacher_outputs(rows: list[Row], teacher: Run, task: Task, reading: Rea
 def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
     """Distil the fine-tuned run at `teacher_path` into a student as `cfg` says; returns the
     student's run directory."""
+    require_trackers(cfg.report_to)  # before any work
     env = begin(cfg.seed)
     teacher = load_teacher(teacher_path, general=cfg.data is not None)
     teacher.model.to(env.device)
@@ -96,14 +96,14 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
     task = make_task(cfg, teacher.task.labels)
     model = student_model(teacher.model, cfg, lambda shape: {
         task.head: make_head(task.head, shape, **task.head_options())}).to(env.device)
-    cfg = replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model))
+    out = Path(cfg.out or f"runs/distill-{cfg.task}")
+    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, out)
     reading, token_types = Reading(cfg.attention, cfg.pooling), model.cfg.type_vocab_size > 0
     encoder = Encoder(teacher.require_tokenizer(), teacher.special, cfg.max_len, token_types)
     taught_rows = with_teacher_outputs(
         task.encode(splits.train + unlabelled_examples(cfg), encoder, training=True),
         teacher, task, reading, token_types)
     validation_rows = task.encode(splits.validation, encoder, training=False)
-    out = Path(cfg.out or f"runs/distill-{cfg.task}")
     micro_size, _ = micro_batches_per_step(cfg, env)
     started = start(cfg, env, out, _run_config(out, cfg, teacher, model, task), model,
                     encoder.tokenizer.to_str(), budgets=())
@@ -140,13 +140,11 @@ def _training(cfg: DistillConfig, env, model: LanguageModel, started, data: Task
     total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
     started.state.total_steps = started.state.total_steps or total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
-    return Training(
-        cfg=replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
-                    checkpoint_every=cfg.checkpoint_every or total_steps),
-        env=env, model=model, train_model=started.train_model, optimizer=started.optimizer,
-        scaler=grad_scaler(cfg.precision, env.device), objective=data.task, data=data,
+    return training(
+        cfg, env, model, out, started, objective=data.task, data=data,
+        eval_every=cfg.eval_every or data.steps_per_epoch,
+        checkpoint_every=cfg.checkpoint_every or total_steps,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
-        validate=validate, headline=lambda metrics: -metrics[task.main_metric], out=out,
-        state=started.state,
+        validate=validate, headline=lambda metrics: -metrics[task.main_metric],
         flops_per_token=flops_per_token(model.cfg, cfg.max_len, predicted_fraction=0.0),
-        peak_flops=all_ranks_peak_flops(cfg.precision, env), scores=(task.main_metric,))
+        scores=(task.main_metric,))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lmlab.config import ModelConfig
+from lmlab.config.presets import preset
 from lmlab.distill.prune import prune_width
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head
-from lmlab.presets import preset
 
 HeadsFor = Callable[[ModelConfig], dict[str, Head]]  # a model's shape → its task head
 

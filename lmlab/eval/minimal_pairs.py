@@ -1,7 +1,8 @@
 """Minimal pairs in BLiMP's format: does the model score each grammatical sentence above its
 ungrammatical twin?
 
-Each JSONL line holds `sentence_good` and `sentence_bad`. Accuracy is the share of pairs whose
+Each row (a JSONL line, as in BLiMP; any format lmlab/data/readers.py reads) holds
+`sentence_good` and `sentence_bad`. Accuracy is the share of pairs whose
 good sentence scores strictly higher: equal scores count as wrong, so a model (or a scoring
 rule) that cannot tell the two apart gets no credit for the pair. Results are grouped by file
 and, where lines carry them, by `field` and by `UID` (UID only where it is not just the file
@@ -11,7 +12,6 @@ then have.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.data.errors import DataError
+from lmlab.data.readers import ReadOptions, Row, file_format, read_rows
 
 SENTENCES = ("sentence_good", "sentence_bad")
 DEFAULT_GROUPS = ("file", "field", "UID")
@@ -32,11 +33,12 @@ class Pair:
 
 
 def pair_files(paths: Sequence[str | Path]) -> list[Path]:
-    """Files as given; a directory stands for its *.jsonl files, sorted."""
+    """Files as given; a directory stands for its JSON-lines files (.jsonl, maybe compressed),
+    sorted."""
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(path.glob("*.jsonl"))
+            found = sorted(p for p in path.iterdir() if p.is_file() and file_format(p) == ".jsonl")
             if not found:
                 raise DataError(f"{path}: no .jsonl files in this directory")
             files += found
@@ -47,28 +49,28 @@ def pair_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _pair(line: str, path: Path, number: int, keys: Sequence[str], required: bool) -> Pair:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise DataError(f"not valid JSON ({error.msg})", path, number) from None
-    if not isinstance(record, dict):
-        raise DataError("expected a JSON object with sentence_good and sentence_bad", path,
-                        number)
+def _pair(row: Row, path: Path, keys: Sequence[str], required: bool) -> Pair:
+    fields, line = row.fields, row.line
     for name in SENTENCES:
-        if name not in record:
-            raise DataError(f"missing {name!r}", path, number)
-        if not isinstance(record[name], str) or not record[name].strip():
-            raise DataError(f"{name!r} must be a non-empty string", path, number)
+        if name not in fields:
+            raise DataError(f"missing {name!r}", path, line)
+        if not isinstance(fields[name], str) or not fields[name].strip():
+            raise DataError(f"{name!r} must be a non-empty string", path, line)
     groups = {}
     for key in keys:
         if key == "file":
-            groups[key] = path.stem
-        elif key in record:
-            groups[key] = str(record[key])
+            groups[key] = Path(path.name.removesuffix(".gz").removesuffix(".zst")).stem
+        elif key in fields:
+            groups[key] = str(fields[key])
         elif required:
-            raise DataError(f"no {key!r} to group by", path, number)
-    return Pair(record["sentence_good"], record["sentence_bad"], groups)
+            raise DataError(f"no {key!r} to group by", path, line)
+    return Pair(fields["sentence_good"], fields["sentence_bad"], groups)
+
+
+def _row_format(path: Path) -> str:
+    """The suffix's row format; a file named otherwise (.txt too) is read as JSON lines."""
+    found = file_format(path)
+    return found if found not in (None, ".txt") else ".jsonl"
 
 
 def read_pairs(paths: Sequence[str | Path], group_by: Sequence[str] | None = None) -> list[Pair]:
@@ -76,10 +78,8 @@ def read_pairs(paths: Sequence[str | Path], group_by: Sequence[str] | None = Non
     pairs = []
     for path in pair_files(paths):
         before = len(pairs)
-        with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    pairs.append(_pair(line, path, number, keys, required=bool(group_by)))
+        rows = read_rows(path, ReadOptions(strict=True), as_format=_row_format(path))
+        pairs += (_pair(row, path, keys, required=bool(group_by)) for row in rows)
         if len(pairs) == before:
             raise DataError("no minimal pairs in this file", path)
     if not group_by and all(p.groups.get("UID") == p.groups["file"] for p in pairs):

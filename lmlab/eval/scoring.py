@@ -9,7 +9,7 @@ vocabulary head runs only at the positions read.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,48 +57,49 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     check_stride(window, stride)
     if rule.head not in model.heads:
         raise ValueError(f"{rule.name} scoring needs the model's {rule.head!r} head")
-    log_likelihood = np.zeros(len(documents))
-    predictions = np.zeros(len(documents), dtype=np.int64)
-    top1 = np.zeros(len(documents), dtype=np.int64)
+    count = len(documents)
+    scores = DocumentScores(rule.name, rule.description, np.zeros(count),
+                            np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64), 0.0)
     max_predictions = max(1, LOGITS_PER_BATCH // model.cfg.vocab_size)
-    pending: list[tuple[int, Chunk]] = []
-    pending_predictions = 0
-
-    def flush() -> None:
-        nonlocal pending_predictions
-        owners = np.concatenate([np.full(len(c.targets), i) for i, c in pending])
-        log_probs, right = _log_probs(model, rule, [c for _, c in pending])
-        np.add.at(log_likelihood, owners, log_probs.numpy())
-        np.add.at(predictions, owners, 1)
-        np.add.at(top1, owners, right.numpy())
-        pending.clear()
-        pending_predictions = 0
-        bar.update(len(owners))
-
     was_training = model.training
     model.eval()
-    order = sorted(range(len(documents)), key=lambda i: -len(documents[i]))
     start = time.perf_counter()
     # Progress in tokens scored; a document never has more predictions than tokens.
     total = sum(len(d) for d in documents)
     with torch.inference_mode(), tqdm(total=total, desc=f"{rule.name} scoring", unit="tok",
                                       unit_scale=True, disable=not progress) as bar:
-        for index in order:
-            document = rule.document(torch.as_tensor(documents[index], dtype=torch.long))
-            for chunk in rule.chunks(document, window, stride):
-                rows = min(batch_tokens // chunk.ids.shape[1], max_predictions)
-                for part in chunk.split(max(1, rows)):
-                    if pending and (_padded_size(pending, part) > batch_tokens or
-                                    pending_predictions + len(part.targets) > max_predictions):
-                        flush()
-                    pending.append((index, part))
-                    pending_predictions += len(part.targets)
-        if pending:
-            flush()
+        for batch in _batches(documents, rule, window, stride, batch_tokens, max_predictions):
+            owners = np.concatenate([np.full(len(c.targets), i) for i, c in batch])
+            log_probs, right = _log_probs(model, rule, [c for _, c in batch])
+            np.add.at(scores.log_likelihood, owners, log_probs.numpy())
+            np.add.at(scores.predictions, owners, 1)
+            np.add.at(scores.top1, owners, right.numpy())
+            bar.update(len(owners))
         bar.update(bar.total - bar.n)  # special and first tokens count too, unscored
     model.train(was_training)
-    return DocumentScores(rule.name, rule.description, log_likelihood, predictions, top1,
-                          time.perf_counter() - start)
+    scores.seconds = time.perf_counter() - start
+    return scores
+
+
+def _batches(documents: Sequence, rule: ScoringRule, window: int, stride: int,
+             batch_tokens: int, max_predictions: int) -> Iterator[list[tuple[int, Chunk]]]:
+    """(document index, part of a chunk) in batches of at most `batch_tokens` padded tokens
+    and `max_predictions` predictions, the longest documents first."""
+    batch: list[tuple[int, Chunk]] = []
+    predictions = 0
+    for index in sorted(range(len(documents)), key=lambda i: -len(documents[i])):
+        document = rule.document(torch.as_tensor(documents[index], dtype=torch.long))
+        for chunk in rule.chunks(document, window, stride):
+            rows = min(batch_tokens // chunk.ids.shape[1], max_predictions)
+            for part in chunk.split(max(1, rows)):
+                if batch and (_padded_size(batch, part) > batch_tokens or
+                              predictions + len(part.targets) > max_predictions):
+                    yield batch
+                    batch, predictions = [], 0
+                batch.append((index, part))
+                predictions += len(part.targets)
+    if batch:
+        yield batch
 
 
 def _padded_size(pending: list[tuple[int, Chunk]], part: Chunk) -> int:

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from lmlab.export.targets import Target
 from lmlab.model import MaskSpec
+from lmlab.model.heads import pools
 from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
 
@@ -58,9 +59,9 @@ def pooling(kind: str, attention_mask: Tensor) -> Pooling:
 
 def _pooled(run: Run, attention_mask: Tensor) -> dict | None:
     """A fine-tuned sequence head's selector, pooling as the run was fine-tuned to."""
-    if run.task is None or "classify" not in run.model.heads:
+    if run.task is None or not pools(run.task.head):
         return None
-    return {"classify": pooling(run.task.reading.pooling, attention_mask).map(
+    return {run.task.head: pooling(run.task.reading.pooling, attention_mask).map(
         lambda weights: weights.to(run.device))}
 
 

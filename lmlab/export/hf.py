@@ -31,11 +31,11 @@ import torch
 from torch import Tensor
 
 from lmlab.config import ModelConfig
+from lmlab.config.presets import FAMILIES
 from lmlab.export import hf_config_entries as entries
 from lmlab.export.hf_tables import HF_FAMILIES, Family, Rule
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head
-from lmlab.presets import FAMILIES
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

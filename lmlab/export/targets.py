@@ -15,6 +15,7 @@ from pathlib import Path
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of, to_hf_state_dict
 from lmlab.finetune.traits import TASKS, task_refusal
+from lmlab.model.heads import pools
 from lmlab.runs import Run
 from lmlab.runs.schema import RunTask
 
@@ -149,7 +150,7 @@ def _check_task_reading(run: Run, family: str) -> None:
                           f"{family}'s task classes read with {expected} attention (fine-tune "
                           f"with --attention {expected} to export)")
     allowed = POOLINGS.get(family, ("last",))
-    if "classify" in run.model.heads and reading.pooling not in allowed:
+    if pools(run.task.head) and reading.pooling not in allowed:
         raise ExportError(f"the run pools its {reading.pooling} tokens; {family}'s sequence "
                           f"classes pool {' or '.join(allowed)} (fine-tune with --pooling "
                           f"{allowed[0]} to export)")

@@ -12,18 +12,15 @@ from pathlib import Path
 from lmlab.data.errors import DataError
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Words
+from lmlab.finetune.labels import check_labels_known, check_tags_known, class_names, label_names
 from lmlab.finetune.readers import (
     QAExample,
     TaggedSentence,
     TextExample,
-    check_labels_known,
-    check_tags_known,
-    class_names,
     guess_pair_column,
     is_conll,
     is_squad,
     is_table,
-    label_names,
     read_conll,
     read_squad,
     read_table,

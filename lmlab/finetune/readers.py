@@ -1,4 +1,5 @@
-"""Reading labelled fine-tuning data: text tables, SQuAD questions and CoNLL tagged words.
+"""Labelled fine-tuning data: text tables, SQuAD questions and CoNLL tagged words, as task
+examples. The files are read through lmlab/data/readers.py (any format and compression it reads).
 
 Labelled sets are small, so each file is read whole and the first problem is fatal, named by
 file and line: a bad row in a labelled set means a wrong column or format, and skipping it would
@@ -9,28 +10,29 @@ unless `strict`.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
 
 from lmlab.data.errors import DataError
-from lmlab.data.readers import UNCLOSED_QUOTE, quote_never_closed
+from lmlab.data.readers import ReadOptions, ReadStats, Row, file_format, read_lines, read_rows
 
 TEXT_COLUMN_GUESSES = ("text", "sentence", "content", "sentence1", "sentence_A", "premise",
                        "question")
 PAIR_COLUMN_GUESSES = ("text_pair", "sentence2", "sentence_B", "hypothesis")
 LABEL_COLUMN_GUESSES = ("label", "labels", "gold_label", "score", "relatedness_score")
+TABLES = (".tsv", ".csv", ".jsonl", ".parquet")
+HEADED = (".tsv", ".csv")  # a missing column is named at the header's line
 DOCSTART = "-DOCSTART-"
-INTEGER = re.compile(r"-?\d+")
 TAG = re.compile(r"O|[BI]-\S+")
 SNIFFED_LINES = 20  # lines read to tell a CoNLL file from plain text
+EVERY_PROBLEM = ReadOptions(strict=True)
 
-Row = Mapping[str, object]
+Field = Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -62,78 +64,46 @@ class TaggedSentence:
     line: int  # line of its first word
 
 
-def _lines(path: Path) -> Iterator[str]:
-    """The file's lines with their endings (csv needs them); unreadable files are DataErrors."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as stream:
-            yield from stream
-    except UnicodeDecodeError as error:
-        raise DataError(f"not UTF-8 text ({error.reason})", path) from None
-    except OSError as error:
-        raise DataError(f"cannot be read ({error.strerror or error})", path) from None
+def _utf8(items: Iterator, stats: ReadStats, path: Path, line) -> Iterator:
+    """`items` as read, up to the first that held invalid UTF-8: labelled text is not guessed."""
+    for item in items:
+        if stats.invalid_utf8_bytes:
+            raise DataError("not UTF-8 text (an invalid byte)", path, line(item))
+        yield item
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line, without its ending."""
+    stats = ReadStats()
+    return _utf8(read_lines(path, stats), stats, path, lambda item: item[0])
 
 
 def _first_lines(path: Path, count: int) -> list[str]:
-    """Up to `count` of the file's first non-blank lines, without their endings."""
-    lines = (line.rstrip("\r\n") for line in _lines(Path(path)) if line.strip())
-    return list(islice(lines, count))
+    """Up to `count` of the file's first non-blank lines."""
+    return list(islice((line for _, line in _lines(Path(path)) if line.strip()), count))
 
 
 # ---------------------------------------------------------------- text tables
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Row]]:
-    for number, line in enumerate(_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"not valid JSON ({error.msg})", path, number) from None
-        if not isinstance(record, dict):
-            raise DataError(f"expected a JSON object, got {type(record).__name__}", path, number)
-        yield number, record
+def _table_format(path: Path) -> str:
+    """The table format of `path`: its suffix's, else tab-separated columns."""
+    found = file_format(path)
+    return found if found in TABLES else ".tsv"
 
 
-def _delimited_rows(path: Path) -> Iterator[tuple[int, Row]]:
-    # TSV has no quoting: SST-2 sentences hold bare '"' characters that are text.
-    tsv = path.suffix.lower() != ".csv"
-    last_line = [""]  # the line the latest row ends on
-
-    def lines() -> Iterator[str]:
-        for last_line[0] in _lines(path):
-            yield last_line[0]
-
-    reader = csv.reader(lines(), delimiter="\t" if tsv else ",",
-                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
-    header: list[str] | None = None
-    while True:
-        line = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            raise DataError(f"cannot parse the row ({error})", path, line) from None
-        if not tsv and quote_never_closed(line, reader.line_num, last_line[0]):
-            raise DataError(UNCLOSED_QUOTE, path, line)
-        if header is None:
-            header = [name.strip() for name in row]
-        elif any(cell.strip() for cell in row):
-            if len(row) != len(header):
-                raise DataError(f"{len(row)} fields, the header has {len(header)}", path, line)
-            yield line, dict(zip(header, row, strict=True))
-
-
-def _rows(path: Path) -> Iterator[tuple[int, Row]]:
-    """(line, row) for each record: a JSON object, or a CSV/TSV row keyed by the header."""
-    return _jsonl_rows(path) if path.suffix.lower() == ".jsonl" else _delimited_rows(path)
+def _rows(path: Path, as_format: str | None = None) -> Iterator[Row]:
+    """Every record, the first problem fatal: a JSON object, or a table row keyed by its
+    header."""
+    stats = ReadStats()
+    rows = read_rows(path, EVERY_PROBLEM, stats, as_format=as_format or _table_format(path))
+    return _utf8(rows, stats, path, lambda row: row.line)
 
 
 def is_table(path: str | Path) -> bool:
-    """Whether `path` holds a table of examples (.tsv, .csv, .jsonl, or a first line with a tab)
-    rather than plain text, one text a line."""
-    if Path(path).suffix.lower() in (".tsv", ".csv", ".jsonl"):
+    """Whether `path` holds a table of examples (.tsv, .csv, .jsonl, .parquet, each maybe
+    compressed, or a first line with a tab) rather than plain text, one text a line."""
+    if file_format(Path(path)) in TABLES:
         return True
     return any("\t" in line for line in _first_lines(Path(path), 1))
 
@@ -152,11 +122,11 @@ def guess_pair_column(path: str | Path) -> str | None:
     """The first of PAIR_COLUMN_GUESSES in the file, for tasks on sentence pairs."""
     path = Path(path)
     first = next(_rows(path), None)
-    columns = [] if first is None else list(first[1])
+    columns = [] if first is None else list(first.fields)
     return _column("pair", None, PAIR_COLUMN_GUESSES, columns, path, 1, required=False)
 
 
-def _cell(row: Row, column: str | None, path: Path, line: int) -> str:
+def _cell(row: Field, column: str | None, path: Path, line: int) -> str:
     """A cell as text: '' when missing or null, JSON numbers and booleans as JSON spells them."""
     value = None if column is None else row.get(column)
     if value is None or isinstance(value, str):
@@ -177,7 +147,7 @@ def _number(label: str, path: Path, line: int) -> float:
     return value
 
 
-def _example(row: Row, columns: tuple[str, str | None, str | None], numeric: bool,
+def _example(row: Field, columns: tuple[str, str | None, str | None], numeric: bool,
              need_label: bool, path: Path, line: int) -> TextExample:
     """One row as an example; text, pair and (when needed) label must not be empty."""
     text_column, pair_column, label_column = columns
@@ -201,7 +171,7 @@ def read_table(path: str | Path, text_column: str | None = None, pair_column: st
     first = next(rows, None)
     if first is None:
         raise DataError("no examples", path)
-    names, at = list(first[1]), first[0] if path.suffix.lower() == ".jsonl" else 1
+    names, at = list(first.fields), 1 if _table_format(path) in HEADED else first.line
     columns = (_column("text", text_column, TEXT_COLUMN_GUESSES, names, path, at),
                _column("pair", pair_column, (), names, path, at, required=False),
                _column("label", label_column, LABEL_COLUMN_GUESSES, names, path, at,
@@ -223,7 +193,7 @@ def read_table(path: str | Path, text_column: str | None = None, pair_column: st
 def is_squad(path: str | Path) -> bool:
     """Whether `path` holds SQuAD JSON (.json, or text opening with '{') rather than plain
     text, one text a line."""
-    return Path(path).suffix.lower() == ".json" or any(
+    return file_format(Path(path)) == ".json" or any(
         line.lstrip().startswith("{") for line in _first_lines(Path(path), 1))
 
 
@@ -268,14 +238,13 @@ def _misplaced(example: QAExample) -> str | None:
 
 
 def read_squad(path: str | Path, strict: bool = False, need_answers: bool = True) -> SquadRead:
-    """Questions from a SQuAD v1.1 or v2.0 JSON file; v2's unanswerable ones have no answers."""
+    """Questions from a SQuAD v1.1 or v2.0 JSON file (any top-level object of it, compressed or
+    not); v2's unanswerable ones have no answers."""
     path = Path(path)
-    try:
-        top = json.loads("".join(_lines(path)))
-    except json.JSONDecodeError as error:
-        raise DataError(f"not valid JSON ({error.msg})", path, error.lineno) from None
     examples, skipped = [], 0
-    for a, article in enumerate(_list(top, "data", path, "not SQuAD: the top level"), 1):
+    articles = (article for top in _rows(path, ".json")
+                for article in _list(top.fields, "data", path, "not SQuAD: the top level"))
+    for a, article in enumerate(articles, 1):
         for p, paragraph in enumerate(_list(article, "paragraphs", path, f"article {a}"), 1):
             where = f"article {a}, paragraph {p}"
             context = paragraph.get("context") if isinstance(paragraph, dict) else None
@@ -326,12 +295,12 @@ def read_conll(path: str | Path, word_column: int = 0,
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
-    width = first = word = tag = 0
-    for number, line in enumerate(chain(_lines(path), [""]), 1):  # "": end the last sentence
+    width = first = word = tag = start = 0
+    for number, line in chain(_lines(path), [(0, "")]):  # a blank line ends the last sentence
         fields = [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
         if not any(fields) or fields[0] == DOCSTART:
             if words:
-                sentences.append(TaggedSentence(tuple(words), tuple(tags), number - len(words)))
+                sentences.append(TaggedSentence(tuple(words), tuple(tags), start))
                 words, tags = [], []
             continue
         if not width:
@@ -344,61 +313,9 @@ def read_conll(path: str | Path, word_column: int = 0,
             raise DataError("empty word", path, number)
         if not TAG.fullmatch(fields[tag]):
             raise DataError(f"tag {fields[tag]!r} is not O, B-TYPE or I-TYPE", path, number)
+        start = start if words else number
         words.append(fields[word])
         tags.append(fields[tag])
     if not sentences:
         raise DataError("no sentences", path)
     return sentences
-
-
-# ---------------------------------------------------------------- labels seen in training
-
-
-def label_names(labels: Iterable[str]) -> list[str]:
-    """Unique labels in a stable natural order: numerically when all are integers ("2" < "10")."""
-    names = set(labels)
-    if all(INTEGER.fullmatch(name) for name in names):
-        return sorted(names, key=lambda name: (int(name), name))
-    return sorted(names)
-
-
-def class_names(examples: Sequence[TextExample], path: str | Path,
-                where: str | None = None) -> list[str]:
-    """The labels of a classification's training examples. One label alone is refused: the
-    model would learn to always answer it and score a perfect accuracy on data like it."""
-    names = label_names(example.label for example in examples)
-    if len(names) == 1:
-        rows = f"all {len(examples)} training rows" + (f" with {where}" if where else "")
-        raise DataError(f"{rows} have the label {names[0]!r}; a classifier needs at least two "
-                        "labels (is --label-column the right column?)", path)
-    return names
-
-
-SHOWN_LABELS = 12  # training labels an error lists; more mean a wrong column, not a typo
-
-
-def _check_known(found: Iterable[tuple[str, int]], known: Sequence[str], kind: str,
-                 path: str | Path) -> None:
-    """Fail at the first value training never saw: the model has no output for it."""
-    allowed = set(known)
-    shown = ", ".join(known[:SHOWN_LABELS]) + (
-        f" … ({len(known)} in all: is --label-column the right column?)"
-        if len(known) > SHOWN_LABELS else "")
-    for value, line in found:
-        if value not in allowed:
-            raise DataError(f"{kind} {value!r} never seen in training (training {kind}s: "
-                            f"{shown})", path, line)
-
-
-def check_labels_known(examples: Sequence[TextExample], known: Sequence[str],
-                       path: str | Path) -> None:
-    """Evaluation labels must be training labels (regression and unlabelled rows pass)."""
-    labels = ((e.label, e.line) for e in examples if isinstance(e.label, str))
-    _check_known(labels, known, "label", path)
-
-
-def check_tags_known(sentences: Sequence[TaggedSentence], known: Sequence[str],
-                     path: str | Path) -> None:
-    """Evaluation tags must be training tags; the error names the tag's own line."""
-    tags = ((tag, s.line + i) for s in sentences for i, tag in enumerate(s.tags))
-    _check_known(tags, known, "tag", path)

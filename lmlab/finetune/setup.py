@@ -13,6 +13,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from lmlab.config.training import require_trackers
 from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr
@@ -26,8 +27,7 @@ from lmlab.finetune.splits import Splits, read_splits
 from lmlab.finetune.traits import TASKS, task_refusal
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
-from lmlab.model.heads import HEADS, make_head
-from lmlab.model.selectors import Pooling
+from lmlab.model.heads import make_head, pools
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
@@ -36,7 +36,7 @@ from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
 from lmlab.train.loop import run_training
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start, training
+from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
 
 
 class FinetuneError(ValueError):
@@ -67,15 +67,16 @@ def task_model(pretrained: LanguageModel, task: Task, dropout: float) -> Languag
     cfg = pretrained.cfg.with_changes(dropout=dropout)
     model = LanguageModel(cfg, heads={task.head: make_head(task.head, cfg, **task.head_options())})
     model.backbone.load_state_dict(pretrained.backbone.state_dict())
-    model.heads[task.head].start_from(pretrained.heads)
+    model.heads[task.head].start_from(pretrained.heads, model.backbone.token_embedding)
     return model
 
 
 def finetune(source: str | Path, cfg: FinetuneConfig) -> Path:
     """Fine-tune the run at `source` as `cfg` says; returns the fine-tuned run directory
     (with several seeds, the directory holding one run per seed and their summary)."""
+    require_trackers(cfg.report_to)  # before any work, once for every seed
     if cfg.baseline != "none":
-        require_scikit_learn(f"--baseline {cfg.baseline}")  # before any work
+        require_scikit_learn(f"--baseline {cfg.baseline}")
     if cfg.seeds == 1:
         return _finetune_one(source, cfg)[0]
     out = _out_dir(cfg)
@@ -110,7 +111,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
     task = make_task(cfg, splits.labels, splits.train)
-    cfg = device_defaults(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
+    cfg = resolve(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
@@ -131,9 +132,9 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
         started.state.total_steps = total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
     run_training(training(
-        replace(cfg, eval_every=cfg.eval_every or data.steps_per_epoch,
-                checkpoint_every=cfg.checkpoint_every or total_steps),
-        env, model, out, started, objective=task, data=data,
+        cfg, env, model, out, started, objective=task, data=data,
+        eval_every=cfg.eval_every or data.steps_per_epoch,
+        checkpoint_every=cfg.checkpoint_every or total_steps,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),
         validate=lambda: evaluate_task(model, task, splits.validation, validation_rows,
                                        reading, token_types, precision=cfg.precision)[0],
@@ -183,7 +184,7 @@ def _recorded_pooling(run: Run) -> str | None:
 def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows: int,
                  pretrained: Run) -> str:
     pooling = ""
-    if Pooling in HEADS[task.head].accepts:
+    if pools(task.head):
         recorded = RECORDED_POOLINGS.get(_recorded_pooling(pretrained))
         origin = " (as the model records)" if recorded == cfg.pooling else ""
         pooling = f", {cfg.pooling} pooling{origin}"

@@ -72,7 +72,7 @@ TASKS: dict[str, TaskTraits] = {
 
 
 def task_refusal(task: str, family: str) -> str:
-    """Why a run of `family` (lmlab.presets.FAMILIES) fine-tuned for `task` has no Hugging
+    """Why a run of `family` (lmlab.config.presets.FAMILIES) fine-tuned for `task` has no Hugging
     Face class, and what would; said by lmlab export, and by lmlab finetune before it trains."""
     others = " or ".join(TASKS[task].hf_classes)
     if TASKS[task].head == "classify":

@@ -48,6 +48,29 @@ def _next_logits(model: LanguageModel, ids: Tensor, mask: MaskSpec, positions: T
     return logits.view(batch, -1)
 
 
+def _all_columns(segments: Tensor, positions: Tensor, lengths: Tensor, steps: int,
+                 device) -> tuple[Tensor | None, Tensor]:
+    """Segments (None when no prompt is padded) and positions (B, T + steps - 1) of every
+    column, the generated ones included, made once."""
+    batch, padded_len = segments.shape
+    new_positions = lengths[:, None] + torch.arange(steps - 1)[None, :]  # (B, steps - 1)
+    all_positions = torch.cat((positions, new_positions), dim=1).to(device)
+    if not bool((segments == 0).any()):
+        return None, all_positions
+    all_segments = torch.ones(batch, padded_len + steps - 1, dtype=torch.long)
+    all_segments[:, :padded_len] = segments
+    return all_segments.to(device), all_positions
+
+
+def _seen_tokens(ids: Tensor, sampling: Sampling, vocab_size: int) -> Tensor | None:
+    """(B, V) whether each row holds each token, for the repetition penalty (None: none)."""
+    if sampling.repetition_penalty == 1.0:
+        return None
+    seen = torch.zeros(len(ids), vocab_size, dtype=torch.bool, device=ids.device)
+    seen.scatter_(1, ids, True)  # padding marks [PAD], which is never a good choice
+    return seen
+
+
 @torch.inference_mode()
 def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sampling,
            max_new_tokens: int, pad_id: int, prefix_lens: Sequence[int] | None = None,
@@ -67,27 +90,17 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
     steps = min(max_new_tokens, room_for_new_tokens(model, int(lengths.max())))
     if steps < 1:
         return
-    total_len = padded_len + steps - 1
-    # Segments and positions of every column, the generated ones included, made once.
-    all_segments = torch.ones(batch, total_len, dtype=torch.long)
-    all_segments[:, :padded_len] = segments
-    new_positions = lengths[:, None] + torch.arange(steps - 1)[None, :]
-    all_positions = torch.cat((positions, new_positions), dim=1).to(device)
-    has_padding = bool((segments == 0).any())
-    all_segments = all_segments.to(device) if has_padding else None
+    all_segments, all_positions = _all_columns(segments, positions, lengths, steps, device)
 
     def segments_until(end: int) -> Tensor | None:
-        return all_segments[:, :end] if has_padding else None
+        return None if all_segments is None else all_segments[:, :end]
 
     prefill_mask = _prefill_mask(lengths, padded_len, prefix_lens,
                                  segments_until(padded_len), device)
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model.cfg, batch, total_len, device, dtype)
+    cache = KVCache(model.cfg, batch, padded_len + steps - 1, device, dtype)
     ids = ids.to(device)
-    seen = None
-    if sampling.repetition_penalty != 1.0:
-        seen = torch.zeros(batch, model.cfg.vocab_size, dtype=torch.bool, device=device)
-        seen.scatter_(1, ids, True)  # padding marks [PAD], which is never a good choice
+    seen = _seen_tokens(ids, sampling, model.cfg.vocab_size)
     logits = _next_logits(model, ids, prefill_mask, all_positions[:, :padded_len], cache)
     step_mask = MaskSpec("causal")  # one new token may see every cached one
     for step in range(steps):
@@ -100,7 +113,7 @@ def decode(model: LanguageModel, prompts: Sequence[Sequence[int]], sampling: Sam
         if seen is not None:
             seen[torch.arange(batch, device=device), chosen] = True
         column = padded_len + step
-        if has_padding:
+        if all_segments is not None:
             step_mask = MaskSpec("causal", segment_ids=segments_until(column + 1))
         logits = _next_logits(model, chosen[:, None], step_mask,
                               all_positions[:, column:column + 1], cache)

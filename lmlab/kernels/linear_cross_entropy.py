@@ -56,53 +56,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         targets = targets if everything else targets[kept]
         w = weight.to(compute_dtype)
         b = None if bias is None else bias.to(compute_dtype)[:, None]
+        grads = _Gradients(x, w, b, wants_grad)
         losses = torch.zeros(len(targets), dtype=torch.float32, device=x.device)
-        grad_x = torch.zeros_like(x) if wants_grad[0] else None
-        grad_w = torch.zeros_like(w, dtype=torch.float32) if wants_grad[1] else None
-        grad_b = torch.zeros_like(b, dtype=torch.float32) if b is not None and wants_grad[2] \
-            else None
         chunk = min(_chunk_rows(w.shape[0], x.device), max(1, len(targets)))
-        work = _Workspace(w.shape, chunk, compute_dtype, x.device, grad_w is not None)
+        work = _Workspace(w.shape, chunk, compute_dtype, x.device, grads.w is not None)
         for start in range(0, len(targets), work.chunk):
-            x_chunk, target = x[start:start + work.chunk], targets[start:start + work.chunk]
-            columns = torch.arange(len(target), device=x.device)
-            wanted = None if kept is not None else (target != IGNORE_INDEX).float()
-            if wanted is not None:  # rows kept in place: an ignored one scores class 0, × 0
-                target = target.clamp(min=0)
-            # Logits transposed, (vocabulary, rows): W · xᵀ runs at full GEMM speed where
-            # x · Wᵀ, with its short inner dimension, does not (CPU BLAS, measured).
-            product = work.product(len(target))
-            if b is None:
-                torch.mm(w, x_chunk.t(), out=product)
-            else:
-                torch.addmm(b, w, x_chunk.t(), out=product)
-            logits = work.as_float(product)
-            target_logits = logits[target, columns]
-            peak = logits.amax(0)
-            probabilities = logits.sub_(peak).exp_()  # in place: logits are not needed again
-            normaliser = probabilities.sum(0)
-            chunk_losses = peak + normaliser.log() - target_logits
-            losses[start:start + len(target)] = (chunk_losses if wanted is None
-                                                 else chunk_losses * wanted)
-            if not any(wants_grad):
-                continue
-            grad_logits = probabilities.div_(normaliser)  # softmax − one-hot = d loss/d logits
-            grad_logits[target, columns] -= 1
-            if wanted is not None:
-                grad_logits.mul_(wanted)
-            if grad_b is not None:
-                grad_b += grad_logits.sum(1, keepdim=True)
-            grad_logits = work.as_compute(grad_logits, product)
-            if grad_x is not None:
-                torch.mm(grad_logits.t(), w, out=grad_x[start:start + len(target)])
-            if grad_w is not None:
-                work.accumulate(grad_w, grad_logits, x_chunk)
+            rows_here = slice(start, start + work.chunk)
+            losses[rows_here] = _chunk_losses(work, w, b, x[rows_here], targets[rows_here],
+                                              kept is None, grads, rows_here)
         if not everything:
             losses = torch.zeros(rows, device=x.device).index_copy_(0, kept, losses)
-            if grad_x is not None:
-                grad_x = torch.zeros(rows, x.shape[1], dtype=x.dtype,
-                                     device=x.device).index_copy_(0, kept, grad_x)
-        ctx.save_for_backward(grad_x, grad_w, None if grad_b is None else grad_b.squeeze(1))
+            if grads.x is not None:
+                grads.x = torch.zeros(rows, x.shape[1], dtype=x.dtype,
+                                      device=x.device).index_copy_(0, kept, grads.x)
+        ctx.save_for_backward(grads.x, grads.w, None if grads.b is None else grads.b.squeeze(1))
         ctx.mark_non_differentiable(losses)
         return losses.sum(), losses
 
@@ -112,6 +79,57 @@ class _LinearCrossEntropy(torch.autograd.Function):
         scaled = [None if g is None else (g * grad_sum).to(dtype)
                   for g, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)]
         return *scaled, None, None, None
+
+
+class _Gradients:
+    """The loss's gradients for features (rows, C), weight (V, C), bias (V, 1), each summed in
+    place chunk by chunk; None where none is wanted."""
+
+    def __init__(self, x: Tensor, w: Tensor, b: Tensor | None, wanted: list[bool]):
+        self.x = torch.zeros_like(x) if wanted[0] else None
+        self.w = torch.zeros_like(w, dtype=torch.float32) if wanted[1] else None
+        self.b = (torch.zeros_like(b, dtype=torch.float32) if b is not None and wanted[2]
+                  else None)
+        self.any = any(wanted)
+
+
+def _chunk_losses(work: _Workspace, w: Tensor, b: Tensor | None, x_chunk: Tensor,
+                  target: Tensor, ignored_in_place: bool, grads: _Gradients,
+                  rows: slice) -> Tensor:
+    """The (rows,) losses of one chunk of rows, its gradients added into `grads`."""
+    columns = torch.arange(len(target), device=x_chunk.device)
+    wanted = (target != IGNORE_INDEX).float() if ignored_in_place else None
+    if wanted is not None:  # rows kept in place: an ignored one scores class 0, × 0
+        target = target.clamp(min=0)
+    # Logits transposed, (vocabulary, rows): W · xᵀ runs at full GEMM speed where x · Wᵀ,
+    # with its short inner dimension, does not (CPU BLAS, measured).
+    product = work.product(len(target))
+    if b is None:
+        torch.mm(w, x_chunk.t(), out=product)
+    else:
+        torch.addmm(b, w, x_chunk.t(), out=product)
+    logits = work.as_float(product)
+    target_logits = logits[target, columns]
+    peak = logits.amax(0)
+    probabilities = logits.sub_(peak).exp_()  # in place: logits are not needed again
+    normaliser = probabilities.sum(0)
+    losses = peak + normaliser.log() - target_logits
+    if wanted is not None:
+        losses = losses * wanted
+    if not grads.any:
+        return losses
+    grad_logits = probabilities.div_(normaliser)  # softmax − one-hot = d loss/d logits
+    grad_logits[target, columns] -= 1
+    if wanted is not None:
+        grad_logits.mul_(wanted)
+    if grads.b is not None:
+        grads.b += grad_logits.sum(1, keepdim=True)
+    grad_logits = work.as_compute(grad_logits, product)
+    if grads.x is not None:
+        torch.mm(grad_logits.t(), w, out=grads.x[rows])
+    if grads.w is not None:
+        work.accumulate(grads.w, grad_logits, x_chunk)
+    return losses
 
 
 def _rows_with_targets(targets: Tensor) -> Tensor | None:

@@ -66,9 +66,15 @@ class Head(nn.Module):
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the input embedding, when the model ties it; only vocabulary heads do."""
 
-    def start_from(self, pretrained: Mapping[str, nn.Module]) -> None:
-        """Start, as a new head on a pre-trained backbone, from what the `pretrained` heads
-        (by name) learned that it shares; most heads share nothing and start fresh."""
+    def start_from(self, pretrained: Mapping[str, nn.Module], embedding: nn.Embedding) -> None:
+        """Start, as a new head on a pre-trained backbone (whose token embedding is
+        `embedding`), from what the `pretrained` heads (by name) learned that it shares; most
+        heads share nothing and start fresh."""
+
+    @classmethod
+    def how_it_starts(cls, cfg: ModelConfig) -> str:
+        """How `start_from` starts it when nothing pre-trained has it, in a few words."""
+        return "fresh"
 
 
 class VocabularyHead(Head):
@@ -80,6 +86,17 @@ class VocabularyHead(Head):
 
     def tie(self, embedding: nn.Embedding) -> None:
         self.decoder.weight = embedding.weight
+
+    def start_from(self, pretrained: Mapping[str, nn.Module], embedding: nn.Embedding) -> None:
+        """An untied decoder starts as a copy of the token embeddings (a tied one is them)."""
+        if self.decoder.weight is not embedding.weight:
+            with torch.no_grad():
+                self.decoder.weight.copy_(embedding.weight)
+
+    @classmethod
+    def how_it_starts(cls, cfg: ModelConfig) -> str:
+        return ("decoder tied to the token embeddings" if cfg.tie_embeddings
+                else "decoder a copy of the token embeddings")
 
     def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
         raise NotImplementedError
@@ -121,6 +138,10 @@ class MLMHead(VocabularyHead):
 
     def features(self, hidden: Tensor, at: Positions | None) -> Tensor:
         return self.norm(F.gelu(self.transform(read_tokens(hidden, at))))
+
+    @classmethod
+    def how_it_starts(cls, cfg: ModelConfig) -> str:
+        return f"transform and norm fresh, {super().how_it_starts(cfg)}, output bias zero"
 
 
 class TaskTransform(nn.Module):
@@ -167,10 +188,14 @@ class SequenceHead(Head):
         pooled = hidden[:, 0] if at is None else at.read(hidden)
         return self.classifier(self.dropout(self.squash(self.pooler(pooled))))
 
-    def start_from(self, pretrained: Mapping[str, nn.Module]) -> None:
+    def start_from(self, pretrained: Mapping[str, nn.Module], embedding: nn.Embedding) -> None:
         """The next-sentence head's pooler, when pre-training trained one (BERT's fine-tuning)."""
         if "nsp" in pretrained:
             self.pooler.load_state_dict(pretrained["nsp"].pooler.state_dict())
+
+    @classmethod
+    def how_it_starts(cls, cfg: ModelConfig) -> str:
+        return "pooler and classifier fresh"
 
 
 class TokenHead(Head):
@@ -240,6 +265,10 @@ class GeneratorHead(Head):
 
     reads_inputs = True
 
+    @classmethod
+    def how_it_starts(cls, cfg: ModelConfig) -> str:
+        return "fresh blocks, token embedding shared with the backbone"
+
     def __init__(self, cfg: ModelConfig, size: str = "width/4") -> None:
         super().__init__()
         inner = generator_config(cfg, size)
@@ -270,6 +299,12 @@ HEADS: dict[str, type[Head]] = {
     "rtd": DiscriminatorHead, "generator": GeneratorHead,  # replaced-token detection
     "classify": SequenceHead, "tag": TokenHead, "span": SpanHead,  # fine-tuning
 }
+
+
+def pools(name: str) -> bool:
+    """Whether the head called `name` reads one pooled vector per row (a sequence head), so
+    that how a run pools matters to it."""
+    return Pooling in HEADS[name].accepts
 
 
 def make_head(name: str, cfg: ModelConfig, **options) -> Head:

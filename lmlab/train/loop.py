@@ -21,7 +21,6 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from lmlab.config.budget import DEADLINE_LOG_POINTS, Deadline
 from lmlab.config.training import LoopConfig
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
@@ -29,6 +28,7 @@ from lmlab.runs.checkpoints import BEST, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
+from lmlab.train.deadline import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.optim import set_lr
 from lmlab.train.pace import Pace, Throughput
@@ -99,6 +99,8 @@ class Training:
     state: LoopState
     flops_per_token: float
     peak_flops: float  # of all ranks together
+    eval_every: int  # steps between validations (cfg's, or what the setup's training decides)
+    checkpoint_every: int
     scores: tuple[str, ...] = ()  # validation metrics plotted beside the losses
     deadline: Deadline | None = None  # a time budget: the step count follows the pace
     title: str = ""  # of the curves plot: what was trained
@@ -277,8 +279,8 @@ def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
     improved = early_stop = False
     deadline_due = t.deadline is not None and distributed.from_rank_0(
         t.deadline.validation_due(), t.env)
-    validating = state.step % cfg.eval_every == 0 or finished or deadline_due
-    saving = finished or stopping or state.step % cfg.checkpoint_every == 0
+    validating = state.step % t.eval_every == 0 or finished or deadline_due
+    saving = finished or stopping or state.step % t.checkpoint_every == 0
     if not (validating or saving):
         return False
     _settle(t, skipped)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -12,14 +11,12 @@ from torch.utils.data import DataLoader
 from lmlab.config import ModelConfig
 from lmlab.config.budget import (
     DEADLINE_VALIDATIONS,
-    Deadline,
-    deadline_eval_batches,
-    minutes_budget,
-    step_budget,
+    Budget,
     steps_in_minutes,
 )
 from lmlab.config.parsing import resolve_config
-from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
+from lmlab.config.presets import preset
+from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig, check_before_data
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.loader import BlockBatches
 from lmlab.data.special_tokens import SpecialTokens
@@ -27,22 +24,17 @@ from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
-from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
-from lmlab.presets import auto_family, preset
 from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
-from lmlab.train.evaluate import evaluation_objectives, headline_loss, validate
-from lmlab.train.loop import (
-    LoopState,
-    run_training,
-    step_seed,
-)
+from lmlab.train.deadline import Deadline, deadline_eval_batches
+from lmlab.train.evaluate import headline_loss, validate
+from lmlab.train.loop import LoopState, run_training, step_seed
+from lmlab.train.objective_plan import ObjectivePlan, plan_objective
 from lmlab.train.prefetch import PrefetchedData
-from lmlab.train.resume import BUDGETS
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, device_defaults, micro_batches_per_step, start, training
+from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
 from lmlab.train.step import step_seconds
 from lmlab.train.warm_start import (
     InitSource,
@@ -52,16 +44,6 @@ from lmlab.train.warm_start import (
     load_source,
     warm_started_model,
 )
-
-
-def preset_name(cfg: TrainConfig, objective: Objective) -> str:
-    """The preset asked for; `auto` is the mini size of the objective's `auto_family`."""
-    return f"{auto_family(objective)}-mini" if cfg.model == "auto" else cfg.model
-
-
-def model_config(cfg: TrainConfig, objective: Objective, special: SpecialTokens) -> ModelConfig:
-    return preset(preset_name(cfg, objective), special.vocab_size, cfg.seq_len,
-                  **cfg.model_overrides)
 
 
 class PretrainingData:
@@ -84,61 +66,43 @@ class PretrainingData:
         return self.blocks.state_dict(self.last)
 
 
-def packing(cfg: TrainConfig, objective: Objective) -> str:
-    """The layout the objective needs (whole sentences for NSP), else the one asked for."""
-    if objective.packing == "sentences":
-        return "sentences"
-    return "concatenate" if cfg.packing == "auto" else cfg.packing
-
-
-def _block_pad(special: SpecialTokens, layout: str) -> int:
-    """The id blocks are padded with: [PAD]. A tokenizer without one of its own (GPT-2's)
-    reads concatenated blocks only, which are never padded."""
-    if layout == "concatenate" and blocks_pad_with(special) is None:
-        return special.padding_id  # never written
-    return block_pad_id(special)
-
-
 def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
     """Pre-train from a config file and/or fields by name; with no `data`, on the built-in
     corpus. Returns the run directory."""
     cfg = resolve_config(config, fields, TrainConfig)
+    check_before_data(cfg)
     return pretrain(cfg, open_or_prepare(cfg.data))
 
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
-    # the rate as a number, so config.json says it whatever later versions make of it unset
-    cfg = replace(cfg, embedding_lr_scale=cfg.embedding_rate_scale)
     env = begin(cfg.seed)
     out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    cfg = device_defaults(cfg, env, out)
+    cfg = resolve(cfg, env, out)
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special
     objective = build_objective(cfg.objective, special, cfg.objective_options,
                                 dataset.word_starts)
-    model = _starting_model(cfg, objective, special, source).to(env.device)
-    config = _run_config(cfg, out, dataset, model.cfg, source)
+    plan = plan_objective(objective, cfg, special)
+    model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
-    blocks, validation_blocks = _block_batches(cfg, env, dataset, objective, special, micro_size)
-    started = start(cfg, env, out, config, model,
+    blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
+    started = start(cfg, env, out, _run_config(cfg, out, dataset, model.cfg, source), model,
                     dataset.tokenizer_json if source is None else source.tokenizer_json,
                     before_writing=lambda config: _refuse_a_passed_budget(
-                        _with_budgets(cfg, config), model, trained_steps(out)))
+                        Budget.of(config.train), cfg, model, trained_steps(out)))
     if source is not None and env.is_main:
-        print(how_heads_start(source, objective.heads))
-    cfg, state = _with_budgets(cfg, started.config), started.state
+        print(how_heads_start(source, plan.heads))
+    budget, state = Budget.of(started.config.train), started.state  # a resume's budgets
     if state.data:
         blocks.load_state_dict(state.data)
     planned_steps = state.total_steps  # of the run resumed, if any
-    state.total_steps = (_resumed_steps(cfg, model, state) if planned_steps else
-                         _all_ranks_steps(cfg, env, model, objective, special, micro_size,
-                                          accumulation))
+    state.total_steps = (_resumed_steps(budget, cfg, model, state) if planned_steps else
+                         _all_ranks_steps(budget, cfg, env, model, objective, special,
+                                          micro_size, accumulation))
     objective = objective.for_run(state.total_steps)
-    eval_objectives = evaluation_objectives(objective)
-    deadline = None if started.resumed else _deadline(cfg, model)  # resumed: the last plan
-    cfg = replace(cfg, eval_every=cfg.eval_every or EVAL_EVERY_STEPS)
+    deadline = None if started.resumed else _deadline(budget, cfg, model)  # resumed: as planned
     eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
     eval_blocks = _first_blocks(validation_blocks, eval_count)
     # the run's own warm-up, even when a resume lengthens it
@@ -148,9 +112,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
         run_training(training(
             cfg, env, model, out, started, objective=objective, data=data,
             schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
-            validate=lambda: validate(model, eval_objectives, eval_blocks,
+            validate=lambda: validate(model, plan.eval_objectives, eval_blocks,
                                       dataset.bytes_per_token, env, cfg.precision),
-            headline=headline_loss, deadline=deadline, title=_title(cfg, objective),
+            headline=headline_loss, deadline=deadline, title=_title(cfg, plan),
+            eval_every=cfg.eval_every or EVAL_EVERY_STEPS, checkpoint_every=cfg.checkpoint_every,
             flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective,
                                                       micro_size)))
     distributed.teardown()
@@ -170,13 +135,11 @@ def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
 
 
 def _block_batches(cfg: TrainConfig, env: distributed.Env, dataset: Dataset,
-                   objective: Objective, special: SpecialTokens, micro_size: int
-                   ) -> tuple[BlockBatches, BlockBatches]:
+                   plan: ObjectivePlan, micro_size: int) -> tuple[BlockBatches, BlockBatches]:
     """The training and validation splits as blocks of `micro_size` rows for this rank, laid
-    out as `objective` reads them (packed or one document a row)."""
-    packs = packing(cfg, objective)
-    return tuple(BlockBatches(split, cfg.seq_len, micro_size, packs, _block_pad(special, packs),
-                              special.sep, seed, env.rank, env.world_size)
+    out as the objective reads them (packed or one document a row)."""
+    return tuple(BlockBatches(split, cfg.seq_len, micro_size, plan.packing, plan.pad_id,
+                              dataset.special.sep, seed, env.rank, env.world_size)
                  for split, seed in ((dataset.train, cfg.seed), (dataset.validation, 0)))
 
 
@@ -197,12 +160,12 @@ def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:
     return source
 
 
-def _starting_model(cfg: TrainConfig, objective: Objective, special: SpecialTokens,
-                    source: InitSource | None) -> LanguageModel:
-    """A new model of the preset asked for, or the --init source's, with the objective's
+def _starting_model(cfg: TrainConfig, plan: ObjectivePlan, objective: Objective,
+                    special: SpecialTokens, source: InitSource | None) -> LanguageModel:
+    """A new model of the plan's preset, or the --init source's, with the objective's
     heads."""
     if source is None:
-        model_cfg = model_config(cfg, objective, special)
+        model_cfg = preset(plan.preset, special.vocab_size, cfg.seq_len, **cfg.model_overrides)
         return LanguageModel(model_cfg, heads=objective.build_heads(model_cfg))
     return warm_started_model(source, objective.build_heads(source.model_cfg))
 
@@ -222,36 +185,30 @@ def _run_config(cfg: TrainConfig, out: Path, dataset: Dataset, model_cfg: ModelC
                      embedding=source.run.config.embedding)
 
 
-def _with_budgets(cfg: TrainConfig, config: RunConfig) -> TrainConfig:
-    """`cfg` with the budgets of the run's config (a resume left without one keeps the
-    saved run's)."""
-    return replace(cfg, **{name: config.train[name] for name in BUDGETS})
-
-
 def _eval_count(cfg: TrainConfig, deadline: Deadline | None, micro_batches: int) -> int:
     if deadline is not None and deadline.validations:
         return deadline_eval_batches(micro_batches, cfg.eval_batches)
     return cfg.eval_batches
 
 
-def _title(cfg: TrainConfig, objective: Objective) -> str:
+def _title(cfg: TrainConfig, plan: ObjectivePlan) -> str:
     """The curves plot's title: what was trained."""
-    return f"{cfg.init or preset_name(cfg, objective)} pre-trained with {cfg.objective}"
+    return f"{cfg.init or plan.preset} pre-trained with {cfg.objective}"
 
 
-def _all_ranks_steps(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
-                     objective: Objective, special: SpecialTokens, micro_size: int,
-                     accumulation: int) -> int:
+def _all_ranks_steps(budget: Budget, cfg: TrainConfig, env: distributed.Env,
+                     model: LanguageModel, objective: Objective, special: SpecialTokens,
+                     micro_size: int, accumulation: int) -> int:
     """`_total_steps`, timed by each rank and rank 0's count taken by all."""
-    return distributed.from_rank_0(_total_steps(cfg, model, objective, special, micro_size,
-                                                accumulation, env.is_main), env)
+    return distributed.from_rank_0(_total_steps(budget, cfg, model, objective, special,
+                                                micro_size, accumulation, env.is_main), env)
 
 
-def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
+def _total_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel, objective: Objective,
                  special: SpecialTokens, micro_size: int, accumulation: int,
                  announce: bool) -> int:
-    steps = _step_cap(cfg, model)
-    minutes = minutes_budget(cfg.minutes, steps)
+    steps = _step_cap(budget, cfg, model)
+    minutes = budget.time_limit(steps)
     if minutes is None:
         return steps
     if announce:  # a step of a large model on a CPU can take minutes
@@ -263,20 +220,22 @@ def _total_steps(cfg: TrainConfig, model: LanguageModel, objective: Objective,
     return min(steps, timed) if steps else timed
 
 
-def _resumed_steps(cfg: TrainConfig, model: LanguageModel, state: LoopState) -> int:
+def _resumed_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel,
+                   state: LoopState) -> int:
     """The length of a resumed run: its step or token budget, which may have grown since its
     start (the schedule stretches to it); a time budget keeps the plan made at its start. Read
     from the budget, not from what config.json says changed, so a resume that was cut short
     after writing config.json still grows the run when given again."""
-    steps = _step_cap(cfg, model)
-    return state.total_steps if minutes_budget(cfg.minutes, steps) is not None else steps
+    steps = _step_cap(budget, cfg, model)
+    return state.total_steps if budget.time_limit(steps) is not None else steps
 
 
-def _refuse_a_passed_budget(cfg: TrainConfig, model: LanguageModel, trained: int) -> None:
+def _refuse_a_passed_budget(budget: Budget, cfg: TrainConfig, model: LanguageModel,
+                            trained: int) -> None:
     """Refuse a step or token budget below the `trained` steps of the run resumed (a budget
     equal to them ends the run there)."""
-    steps = _step_cap(cfg, model)
-    if minutes_budget(cfg.minutes, steps) is None and steps < trained:
+    steps = _step_cap(budget, cfg, model)
+    if budget.time_limit(steps) is None and steps < trained:
         raise ValueError(f"the run has trained {trained} steps; a budget of {steps} steps "
                          "gives it nothing more to do — give a larger --steps or --tokens")
 
@@ -287,17 +246,16 @@ def _warmup_steps(cfg: TrainConfig, planned_steps: int) -> int:
     return min(1000, planned_steps // 20)
 
 
-def _step_cap(cfg: TrainConfig, model: LanguageModel) -> int | None:
-    return step_budget(cfg.steps, cfg.tokens, model.num_parameters(),
-                       cfg.batch_size * cfg.seq_len)
+def _step_cap(budget: Budget, cfg: TrainConfig, model: LanguageModel) -> int | None:
+    return budget.step_cap(model.num_parameters(), cfg.batch_size * cfg.seq_len)
 
 
-def _deadline(cfg: TrainConfig, model: LanguageModel) -> Deadline | None:
+def _deadline(budget: Budget, cfg: TrainConfig, model: LanguageModel) -> Deadline | None:
     """The time budget the loop keeps to; None for step and token budgets. Unless told how
     often to validate, a time-budgeted run validates DEADLINE_VALIDATIONS times, so that even
     a short run plots a curve."""
-    cap = _step_cap(cfg, model)
-    minutes = minutes_budget(cfg.minutes, cap)
+    cap = _step_cap(budget, cfg, model)
+    minutes = budget.time_limit(cap)
     if minutes is None:
         return None
     spread = cfg.eval_every is None

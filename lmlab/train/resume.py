@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from lmlab.config.budget import BUDGETS
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
 from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
@@ -15,8 +16,6 @@ from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
 WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
                       "eval_batches", "checkpoint_every", "keep_last", "patience", "compile",
                       "activation_checkpointing", "max_nonfinite_steps", "report_to"})
-# A budget left out on resume is the saved one; a step or token budget may grow.
-BUDGETS = ("steps", "tokens", "minutes")
 # Fields added after runs were saved without them, and what such a run trained with.
 SAVED_BEFORE = {"embedding_lr_scale": 1.0}
 
@@ -24,7 +23,8 @@ SAVED_BEFORE = {"embedding_lr_scale": 1.0}
 def resumed_config(out: Path, config: RunConfig,
                    budgets: tuple[str, ...] = BUDGETS) -> RunConfig:
     """The configuration a `--resume` of the run in `out` continues with: the saved run's,
-    with `config`'s changes to watching fields and `budgets` applied, each change recorded.
+    with `config`'s changes to watching fields and `budgets` applied, each change recorded (a
+    budget left out on resume is the saved one; a step or token budget may grow).
     Any other change, or no run in `out`, is refused in one line naming the fields."""
     saved = _saved(out)
     filled = {name: value for name, value in SAVED_BEFORE.items()

@@ -7,13 +7,13 @@ validation) and hands the result to the one loop."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 
-from lmlab.config.training import LoopConfig
+from lmlab.config.budget import BUDGETS
+from lmlab.config.training import C, LoopConfig
 from lmlab.kernels.device_defaults import (
     Choice,
     allow_tf32,
@@ -30,9 +30,7 @@ from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import LoopState, Training, restore_loop_state
 from lmlab.train.optim import make_optimizer
-from lmlab.train.resume import BUDGETS, resumed_config
-
-C = TypeVar("C", bound=LoopConfig)
+from lmlab.train.resume import resumed_config
 
 
 def begin(seed: int) -> distributed.Env:
@@ -43,10 +41,10 @@ def begin(seed: int) -> distributed.Env:
     return env
 
 
-def device_defaults(cfg: C, env: distributed.Env, out: Path) -> C:
-    """`cfg` with --precision and --compile resolved on the run's device (auto: bf16 and
-    compiled on a GPU with bf16 tensor cores, fp32 and eager on the CPU), said in the run's
-    first lines; config.json then records the values the run trains with. A resumed run left
+def resolve(cfg: C, env: distributed.Env, out: Path) -> C:
+    """The concrete config the run in `out` trains with (LoopConfig.concrete), resolved once:
+    --precision and --compile on the run's device (auto: bf16 and compiled on a GPU with bf16
+    tensor cores, fp32 and eager on the CPU), said in the run's first lines. A resumed run left
     at auto keeps the precision it was trained in. TF32 is allowed for fp32 products on CUDA."""
     facts = device_facts(env.device)
     precision = precision_for(cfg.precision, facts)
@@ -59,7 +57,7 @@ def device_defaults(cfg: C, env: distributed.Env, out: Path) -> C:
         print(f"precision {precision.value}: {precision.reason}")
         print(f"compile {'on' if compiled.value else 'off'}: {compiled.reason}"
               + ("; TF32 allowed for fp32 products" if tf32 else ""))
-    return replace(cfg, precision=precision.value, compile=compiled.value)
+    return cfg.concrete(precision.value, compiled.value)
 
 
 def _saved_precision(out: Path) -> str | None:
@@ -112,7 +110,7 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
                                name=cfg.optimizer_name,
-                               embedding_lr_scale=cfg.embedding_rate_scale)
+                               embedding_lr_scale=cfg.embedding_lr_scale)
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
@@ -121,10 +119,11 @@ def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
 
 def training(cfg: LoopConfig, env: distributed.Env, model: LanguageModel, out: Path,
              started: Started, **parts) -> Training:
-    """The loop's Training: the fields every setup fills alike (the model as `start` made it
-    ready, its optimizer and loop state, the gradient scaler of `cfg.precision`, the peak
-    FLOP/s of all ranks) and `parts`, what the setup's own kind of training decides (the
-    objective, data, schedule, validation, headline, FLOPs per token, ...)."""
+    """The loop's Training, the one way every setup builds it: the fields every setup fills
+    alike (the model as `start` made it ready, its optimizer and loop state, the gradient
+    scaler of `cfg.precision`, the peak FLOP/s of all ranks) and `parts`, what the setup's own
+    kind of training decides (the objective, data, schedule, validation and checkpoint
+    intervals, headline, FLOPs per token, ...)."""
     return Training(cfg=cfg, env=env, model=model, train_model=started.train_model,
                     optimizer=started.optimizer, scaler=grad_scaler(cfg.precision, env.device),
                     out=out, state=started.state,

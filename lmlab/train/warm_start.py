@@ -16,12 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from tokenizers import Tokenizer
 
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
-from lmlab.model.heads import Head, VocabularyHead
+from lmlab.model.heads import HEADS, Head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import previous_checkpoint, weights_sha256
 from lmlab.runs.layout import TOKENIZER
@@ -125,31 +124,18 @@ def warm_started_model(source: InitSource, heads: Iterable[str] | Mapping[str, H
     for name, head in model.heads.items():
         if name in trained.heads:
             head.load_state_dict(trained.heads[name].state_dict())
-        elif isinstance(head, VocabularyHead) and not source.model_cfg.tie_embeddings:
-            with torch.no_grad():
-                head.decoder.weight.copy_(model.backbone.token_embedding.weight)
+        else:
+            head.start_from(trained.heads, model.backbone.token_embedding)
     return model
 
 
 def how_heads_start(source: InitSource, heads: tuple[str, ...]) -> str:
     """One line for the run's start: what comes from the source, what is new and how."""
     kept = [name for name in heads if name in source.run.model.heads]
-    created = [f"{name} ({HEAD_STARTS[name](source.model_cfg)})" for name in heads
+    created = [f"{name} ({HEADS[name].how_it_starts(source.model_cfg)})" for name in heads
                if name not in source.run.model.heads]
     return (f"starting from {source.given} ({source.checkpoint}): its backbone"
             + "".join(f", its {name} head" for name in kept)
             + (f"; new: {', '.join(created)}" if created else ""))
 
 
-def _decoder(cfg: ModelConfig) -> str:
-    return ("decoder tied to the token embeddings" if cfg.tie_embeddings
-            else "decoder a copy of the token embeddings")
-
-
-HEAD_STARTS = {  # how a head the source lacks starts, as the run's first line says
-    "lm": _decoder,
-    "mlm": lambda cfg: f"transform and norm fresh, {_decoder(cfg)}, output bias zero",
-    "nsp": lambda cfg: "pooler and classifier fresh",
-    "generator": lambda cfg: "fresh blocks, token embedding shared with the backbone",
-    "rtd": lambda cfg: "fresh",
-}

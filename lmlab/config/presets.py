@@ -7,7 +7,7 @@ derived in ModelConfig.
 
 from __future__ import annotations
 
-from lmlab.config import ModelConfig
+from lmlab.config.model import ModelConfig
 
 FAMILIES: dict[str, dict] = {
     # Devlin et al. 2019: post-LN, learned positions, exact GELU, segment embeddings.
