@@ -7,7 +7,7 @@ import torch
 from lmlab.model import LanguageModel
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives import MaskedLM, MaskedLMWithNSP
-from lmlab.presets import preset
+from lmlab import preset
 from tests.conftest import random_block, seeded
 
 
