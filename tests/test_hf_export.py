@@ -175,8 +175,6 @@ def test_grouped_query_llama_with_untied_embeddings_round_trips(tmp_path):
 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda path: pretrained_run(path, "gpt2", "mix:clm=1,mlm=1"), "left to right only"),
-    (lambda path: finetuned_run(path, "classify", ["a", "b"], "last", "causal", "gpt2"),
-     "one linear layer on the last token"),
     (lambda path: pretrained_run(path, "modern", "prefix"), "left to right only"),
     (lambda path: pretrained_run(path, "modern", "mlm"), "exports from the modernbert family"),
     (lambda path: pretrained_run(path, "modernbert", "mntp"), "pre-train with mlm"),

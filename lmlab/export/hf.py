@@ -9,9 +9,10 @@ GPT-2's transposed Conv1D layout, or one fused lmlab projection split into sever
     bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction), and
              fine-tuned: BertForSequenceClassification, BertForTokenClassification,
              BertForQuestionAnswering
-    gpt2   ↔ GPT2LMHeadModel, and fine-tuned: GPT2ForTokenClassification, GPT2ForQuestionAnswering
-    modern ↔ LlamaForCausalLM, and fine-tuned: LlamaForTokenClassification,
-             LlamaForQuestionAnswering
+    gpt2   ↔ GPT2LMHeadModel, and fine-tuned: GPT2ForSequenceClassification,
+             GPT2ForTokenClassification, GPT2ForQuestionAnswering
+    modern ↔ LlamaForCausalLM, and fine-tuned: LlamaForSequenceClassification,
+             LlamaForTokenClassification, LlamaForQuestionAnswering
     modernbert ↔ ModernBertForMaskedLM, and fine-tuned: ModernBertForSequenceClassification,
              ModernBertForTokenClassification, ModernBertForQuestionAnswering
 
