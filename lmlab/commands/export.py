@@ -26,7 +26,8 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
     add_run_arguments(parser)
     parser.add_argument("--out", type=Path, required=True,
                         help="the directory to write (new, empty, or an earlier export); a "
-                             "gguf export writes model.gguf in it")
+                             "gguf export writes model.gguf in it, or the file itself when "
+                             "--out ends with .gguf")
     parser.add_argument("--format", choices=FORMAT_NAMES, default="hf",
                         help="hf (default), sentence-transformers or gguf")
     parser.add_argument("--pooling", choices=("mean", "mean-all", "cls"), default=None,

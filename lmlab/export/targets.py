@@ -43,12 +43,16 @@ class Target:
 class Format:
     """One export format (lmlab.export.formats): the class a run becomes, refusing before
     anything is written; the writer into a staging folder, returning the check's largest
-    difference (None: not checked); that difference's bound; the options it takes."""
+    difference (None: not checked); that difference's bound; the options it takes. A format
+    whose output is one `file` (GGUF) may be written as that file itself, replacing a file
+    there only when `ours` says lmlab wrote it."""
 
     target: Callable[..., Target]
     write: Callable[[Run, Target, Path, bool], float | None]
     tolerance: float
     options: tuple[str, ...] = ()
+    file: str | None = None
+    ours: Callable[[Path], bool] = lambda path: False
 
 
 # The families whose Hugging Face classes read bidirectionally; the others read causally.
