@@ -128,7 +128,7 @@ EXPORTS = {
     "clm": ("exports", "exports"),
     "prefix": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
     "span": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
-    "mlm+nsp": ("Hugging Face has no modernbert class with the heads", "exports"),
+    "mlm+nsp": ("exports", "exports"),  # ModernBertForMaskedLM, the NSP head left out
     "rtd": ("Hugging Face has no modernbert class with the heads", "exports"),
     "mix:clm=1,mlm=15": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),
     "alternate:span,prefix@1": (BIDIRECTIONAL_DECODER, TUNED_BIDIRECTIONAL),

@@ -67,6 +67,8 @@ def export_command(args: argparse.Namespace) -> int:
                f"checked: max |difference| {exported.max_difference:.1e}")
     print(f"exported {args.run_dir} as {exported.target.architecture} ({args.format}) to "
           f"{exported.out} ({checked})")
+    if exported.target.note:
+        print(exported.target.note)
     return 0
 
 

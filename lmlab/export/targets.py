@@ -33,6 +33,7 @@ class Target:
     weights: Callable | None = None
     # what the format writes beside the model (sentence-transformers: pooling, normalize)
     settings: dict = field(default_factory=dict)
+    note: str | None = None  # what the export leaves out of the run, said in one line
 
     @property
     def causal(self) -> bool:
@@ -72,6 +73,10 @@ CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
     ("modernbert", ("mlm",)): "ModernBertForMaskedLM",
 }
 
+# Pre-training heads a family's classes have no place for, left out of the export with a note:
+# ModernBERT was pre-trained without next-sentence prediction, so it has no class for it.
+LEFT_OUT = {"modernbert": ("nsp",)}
+
 
 def export_target(run: Run) -> Target:
     """The HF class reproducing `run` exactly; ExportError saying why and what would work."""
@@ -92,9 +97,13 @@ def export_target(run: Run) -> Target:
     if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
         return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
                       electra_weights)
-    if (family, heads) not in CLASSES:
+    kept = tuple(head for head in heads if head not in LEFT_OUT.get(family, ()))
+    if (family, kept) not in CLASSES:
         raise ExportError(_no_class(family, heads))
-    return Target(family, CLASSES[family, heads], heads)
+    dropped = " + ".join(head for head in heads if head not in kept)
+    note = dropped and (f"left out the {dropped} head, which {CLASSES[family, kept]} has no "
+                        "place for; the rest of the run is exported whole")
+    return Target(family, CLASSES[family, kept], kept, note=note or None)
 
 
 def _task_weights(family: str, architecture: str) -> Callable | None:
