@@ -21,6 +21,7 @@ from lmlab.export.writer import export_run
 from lmlab.finetune.encoding import Encoder
 from lmlab.finetune.formats import example_files
 from lmlab.finetune.predict import fine_tuned_task, predict
+from lmlab.finetune.readers import TextExample
 from lmlab.runs.run import load_run
 from lmlab.runs.schema import Reading
 from tests.hf_runs import finetuned_run
@@ -41,12 +42,19 @@ def exported_model(run, out):
     return exported, model, transformers.AutoTokenizer.from_pretrained(out)
 
 
-def lmlab_logits(run, texts: list[str]) -> torch.Tensor:
-    """The run's head outputs for `texts`, batched and padded as `lmlab predict` batches."""
+def lmlab_batch(run, examples: list[TextExample]):
+    """(task, batch) of `examples`, encoded, padded and pooled as fine-tuning and `lmlab
+    predict` batch them."""
     task, cfg = fine_tuned_task(run)
     encoder = Encoder(run.require_tokenizer(), run.special, cfg.max_len, token_types=False)
-    rows = task.encode(example_files(cfg).from_texts(texts), encoder, training=False)
-    batch = task.batch(rows, Reading(cfg.attention, cfg.pooling), token_types=False)
+    rows = task.encode(examples, encoder, training=False)
+    return task, task.batch(rows, Reading(cfg.attention, cfg.pooling), token_types=False)
+
+
+def lmlab_logits(run, texts: list[str]) -> torch.Tensor:
+    """The run's head outputs for `texts`, as `lmlab predict` computes them."""
+    _, cfg = fine_tuned_task(run)
+    _, batch = lmlab_batch(run, example_files(cfg).from_texts(texts))
     with torch.no_grad():
         return run.model(**batch.model_inputs())["classify"]
 
@@ -83,6 +91,25 @@ def test_decoder_sequence_heads_export_with_the_scores_lmlab_predicts(tmp_path, 
         ours = torch.tensor([[item["scores"][label] for label in labels] for item in predicted])
         expected = theirs.softmax(-1)
     assert float((ours - expected).abs().max()) <= TOLERANCE
+
+
+@pytest.mark.parametrize("family", CLASSES)
+@pytest.mark.parametrize(("task", "labels", "targets"), [
+    ("classify", ["neg", "pos"], ["pos", "neg", "pos"]), ("regress", None, [0.5, -1.25, 3.0])])
+def test_the_fine_tuning_loss_is_the_one_hf_trains_with(tmp_path, family, task, labels,
+                                                        targets):
+    """Cross-entropy, or squared error, on the last token's scores, averaged over the rows of
+    a padded batch: what HF's class computes given the same labels."""
+    run = load_run(finetuned_run(tmp_path / "run", task, labels, "last", "causal", family))
+    _, model, _ = exported_model(run, tmp_path / "hf")
+    examples = [TextExample(text, None, target, line)
+                for line, (text, target) in enumerate(zip(TEXTS, targets, strict=True))]
+    fine_tuning, batch = lmlab_batch(run, examples)
+    with torch.no_grad():
+        ours = fine_tuning.loss(run.model(**batch.model_inputs()), batch).mean()
+        theirs = model(input_ids=batch.input_ids, labels=batch.extras["label"],
+                       attention_mask=(batch.mask.segment_ids > 0).long()).loss
+    assert abs(float(ours - theirs)) <= TOLERANCE
 
 
 @pytest.mark.parametrize("family", CLASSES)
