@@ -56,6 +56,7 @@ def pretrained_run(out: Path, family: str, objective: str, seed: int = 0,
     cfg = preset(f"{family}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64,
                  dropout=0.0, **overrides)
     heads = build_objective(objective, special_tokens_of(tokenizer)).heads
+    torch.manual_seed(seed)  # the same weights whichever tests ran before
     model = jitter(LanguageModel(cfg, heads), seed)
     return save_run(out, model, tokenizer, {"train": {"objective": objective}})
 
@@ -75,6 +76,7 @@ def finetuned_run(out: Path, task: str, labels: list | None = None, pooling: str
     built = make_task(settings, labels or None)  # the head lmlab finetune gives the task
     head = built.head
     options = built.head_options() if head_options is None else head_options
+    torch.manual_seed(seed)  # the same weights whichever tests ran before
     model = jitter(LanguageModel(cfg, {head: make_head(head, cfg, **options)}), seed)
     config = {"train": settings.to_dict(),
               "pretraining": {"objective": objective or PRETRAINED_WITH[family]},
