@@ -11,6 +11,8 @@ import torch
 
 from lmlab.config.presets import preset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.registry import make_task
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
 from lmlab.objectives.registry import build_objective
@@ -54,26 +56,29 @@ def pretrained_run(out: Path, family: str, objective: str, seed: int = 0,
     cfg = preset(f"{family}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64,
                  dropout=0.0, **overrides)
     heads = build_objective(objective, special_tokens_of(tokenizer)).heads
+    torch.manual_seed(seed)  # the same weights whichever tests ran before
     model = jitter(LanguageModel(cfg, heads), seed)
     return save_run(out, model, tokenizer, {"train": {"objective": objective}})
 
 
 def finetuned_run(out: Path, task: str, labels: list | None = None, pooling: str = "cls",
                   attention: str = "bidirectional", family: str = "bert", seed: int = 0,
-                  objective: str | None = None) -> Path:
+                  objective: str | None = None, head_options: dict | None = None) -> Path:
     """A run as `lmlab finetune` leaves it: a task head on a backbone pre-trained with
-    `objective` (default: the family's own, PRETRAINED_WITH)."""
+    `objective` (default: the family's own, PRETRAINED_WITH); `head_options`: the head's
+    options as saved (default: those lmlab finetune gives the task)."""
     tokenizer = tiny_tokenizer(family, sentinels_for(objective or ""))
     cfg = preset(f"{family}-tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=64,
                  dropout=0.0)
     labels = labels or []
-    head, options = {"classify": ("classify", {"num_labels": len(labels)}),
-                     "pairs": ("classify", {"num_labels": len(labels)}),
-                     "regress": ("classify", {"num_labels": 1}),
-                     "ner": ("tag", {"num_labels": len(labels)}),
-                     "qa": ("span", {})}[task]
+    settings = FinetuneConfig(task=task, train="train.tsv", validation="validation.tsv",
+                              attention=attention, pooling=pooling, max_len=cfg.max_seq_len)
+    built = make_task(settings, labels or None)  # the head lmlab finetune gives the task
+    head = built.head
+    options = built.head_options() if head_options is None else head_options
+    torch.manual_seed(seed)  # the same weights whichever tests ran before
     model = jitter(LanguageModel(cfg, {head: make_head(head, cfg, **options)}), seed)
-    config = {"train": {"task": task, "attention": attention, "pooling": pooling},
+    config = {"train": settings.to_dict(),
               "pretraining": {"objective": objective or PRETRAINED_WITH[family]},
               "task": {"name": task, "labels": labels}, "heads": {head: options}}
     return save_run(out, model, tokenizer, config)

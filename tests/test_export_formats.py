@@ -110,3 +110,21 @@ def test_cli_exports_each_format(tmp_path, capsys):
     assert (tmp_path / "s" / "2_Normalize").is_dir()
     assert main(["export", str(run), "--out", str(tmp_path / "h"), "--dtype", "f16"]) == 1
     assert "dtype do not apply to the hf format" in capsys.readouterr().err
+
+
+def test_gguf_out_naming_a_file_writes_that_file_with_its_tokenizer(tmp_path, capsys):
+    run = pretrained_run(tmp_path / "run", "gpt2", "clm")
+    out = tmp_path / "models" / "tiny.gguf"
+    assert main(["export", str(run), "--out", str(out), "--format", "gguf"]) == 0
+    assert "checked" in capsys.readouterr().out
+    assert out.is_file() and sorted(p.name for p in out.parent.iterdir()) == ["tiny.gguf"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out.parent, gguf_file=out.name)
+    prompt = "The quick brown fox"
+    assert (tokenizer(prompt).input_ids
+            == load_run(run).tokenizer.encode(prompt, add_special_tokens=False).ids)
+    assert main(["export", str(run), "--out", str(out), "--format", "gguf"]) == 0  # its own
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"not a model")
+    assert main(["export", str(run), "--out", str(other), "--format", "gguf"]) == 1
+    assert "is not a file lmlab exported" in capsys.readouterr().err
+    assert other.read_bytes() == b"not a model"

@@ -122,10 +122,13 @@ def test_a_causal_run_keeps_causal_attention_and_pools_its_last_token(runs, sent
                               *FAST)
     assert code == 0
     assert "causal attention, last pooling" in stdout
-    # said before training: GPT2ForSequenceClassification has no tanh pooler
-    assert stdout.index("note: lmlab export will refuse this run") < stdout.index("best valid")
+    assert "note:" not in stdout  # it exports as it is
     run = load_run(tmp_path / "ft")
     assert set(run.model.heads) == {"classify"}
+    # GPT's head (HF's GPT2/LlamaForSequenceClassification): a bias-free linear layer alone,
+    # recorded so that predict, serve and export rebuild it
+    assert set(run.model.heads["classify"].state_dict()) == {"classifier.weight"}
+    assert run.task.head_options == {"num_labels": 2, "pooler": False}
 
 
 def test_pairs_read_two_texts_with_token_types(runs, tmp_path, capsys):

@@ -84,3 +84,24 @@ def test_a_new_vocabulary_head_starts_from_the_token_embeddings_and_says_so():
         "decoder tied to the token embeddings")
     assert HEADS["rtd"].how_it_starts(cfg) == "fresh"
     assert [name for name in HEADS if pools(name)] == ["nsp", "classify"]
+
+
+def test_a_sequence_head_without_pooler_is_a_bias_free_linear_layer_on_the_pooled_token(special):
+    """GPT's fine-tuning head, as HF's GPT2/LlamaForSequenceClassification: the last token's
+    final hidden state times `score`, nothing before it (no dropout even in training), and no
+    next-sentence pooler to start from."""
+    from lmlab.model.heads import make_head
+    from lmlab.model.selectors import Pooling
+
+    cfg = preset("gpt2-tiny", special.vocab_size, 64, dropout=0.5)
+    head = make_head("classify", cfg, num_labels=3, pooler=False)
+    assert set(head.state_dict()) == {"classifier.weight"}
+    embedding = torch.nn.Embedding(special.vocab_size, cfg.d_model)
+    head.start_from({"nsp": make_head("nsp", cfg)}, embedding)  # nothing to take
+    model = LanguageModel(cfg, heads={"classify": head}).train()
+    ids = random_block(special, 2, 10)
+    weights = torch.zeros(2, 10)
+    weights[0, 9], weights[1, 4] = 1.0, 1.0  # the last token of rows of 10 and 5 tokens
+    out = model(ids, MaskSpec("causal"), predict_at={"classify": Pooling(weights)})
+    last = out["hidden"][torch.arange(2), torch.tensor([9, 4])]
+    torch.testing.assert_close(out["classify"], last @ head.classifier.weight.T)

@@ -64,7 +64,8 @@ def assert_same_as_run(run, exported) -> None:
 @pytest.mark.parametrize(("family", "objective", "architecture"), [
     ("bert", "mlm", "BertForMaskedLM"), ("bert", "mlm+nsp", "BertForPreTraining"),
     ("gpt2", "clm", "GPT2LMHeadModel"), ("modern", "clm", "LlamaForCausalLM"),
-    ("modernbert", "mlm", "ModernBertForMaskedLM")])
+    ("modernbert", "mlm", "ModernBertForMaskedLM"),
+    ("modernbert", "mlm+nsp", "ModernBertForMaskedLM")])  # the NSP head left out
 def test_pretrained_runs_load_with_auto_classes_and_agree(tmp_path, family, objective,
                                                           architecture):
     run = load_run(pretrained_run(tmp_path / "run", family, objective))
@@ -119,9 +120,11 @@ def test_the_default_masked_model_is_the_modernbert_family():
     assert auto_family(build_objective("clm", special)) == "modern"
 
 
-@pytest.mark.parametrize("family", ["bert", "modernbert"])
-def test_fill_mask_pipeline_gives_lmlab_top_tokens_and_probabilities(tmp_path, family):
-    run = load_run(pretrained_run(tmp_path / "run", family, "mlm"))
+@pytest.mark.parametrize(("family", "objective"), [
+    ("bert", "mlm"), ("modernbert", "mlm"), ("modernbert", "mlm+nsp")])
+def test_fill_mask_pipeline_gives_lmlab_top_tokens_and_probabilities(tmp_path, family,
+                                                                     objective):
+    run = load_run(pretrained_run(tmp_path / "run", family, objective))
     exported = export_run(run, tmp_path / "hf")
     text = "The quick brown [MASK] jumps over the lazy dog."
     pipe = transformers.pipeline("fill-mask", model=str(exported.out), top_k=5)
@@ -175,8 +178,6 @@ def test_grouped_query_llama_with_untied_embeddings_round_trips(tmp_path):
 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda path: pretrained_run(path, "gpt2", "mix:clm=1,mlm=1"), "left to right only"),
-    (lambda path: finetuned_run(path, "classify", ["a", "b"], "last", "causal", "gpt2"),
-     "one linear layer on the last token"),
     (lambda path: pretrained_run(path, "modern", "prefix"), "left to right only"),
     (lambda path: pretrained_run(path, "modern", "mlm"), "exports from the modernbert family"),
     (lambda path: pretrained_run(path, "modernbert", "mntp"), "pre-train with mlm"),
@@ -196,6 +197,17 @@ def test_runs_no_hf_class_reproduces_are_refused_in_one_line(tmp_path, make, mes
         export_run(run, tmp_path / "hf")
     assert "\n" not in str(error.value)
     assert not (tmp_path / "hf").exists()
+
+
+def test_cli_says_in_one_line_which_head_an_export_leaves_out(tmp_path, capsys):
+    run = pretrained_run(tmp_path / "run", "modernbert", "mlm+nsp")
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "ModernBertForMaskedLM" in printed[0]
+    assert printed[1:] == ["left out the nsp head, which ModernBertForMaskedLM has no place "
+                           "for; the rest of the run is exported whole"]
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as weights:
+        assert not any("pooler" in key or "seq_relationship" in key for key in weights.keys())
 
 
 def test_cli_exports_and_refuses_a_directory_holding_other_files(tmp_path, capsys):

@@ -62,7 +62,7 @@ def test_a_fine_tuned_run_has_a_typed_task_and_a_pre_trained_run_none(made):
     pretrained, tuned = (load_run(run) for run in made)
     assert pretrained.task is None and pretrained.config.objective == "mlm"
     assert tuned.task == RunTask("classify", ("neg", "pos"), Reading("bidirectional", "cls"),
-                                 "classify", {"num_labels": 2})
+                                 "classify", {"num_labels": 2, "pooler": True})
     assert tuned.config.objective == "mlm"  # how its backbone learnt to read
     assert tuned.config.source.checkpoint == "step-00000001"
     assert tuned.config.settings(FinetuneConfig).pooling == "cls"

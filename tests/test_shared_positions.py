@@ -4,10 +4,10 @@ computes them (and rotary's angles) once, not once a row, with the same result."
 import pytest
 import torch
 
+from lmlab import preset
 from lmlab.model import LanguageModel
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives import MaskedLM, MaskedLMWithNSP
-from lmlab import preset
 from tests.conftest import random_block, seeded
 
 

@@ -26,7 +26,8 @@ def add_export_commands(commands: argparse._SubParsersAction) -> None:
     add_run_arguments(parser)
     parser.add_argument("--out", type=Path, required=True,
                         help="the directory to write (new, empty, or an earlier export); a "
-                             "gguf export writes model.gguf in it")
+                             "gguf export writes model.gguf in it, or the file itself when "
+                             "--out ends with .gguf")
     parser.add_argument("--format", choices=FORMAT_NAMES, default="hf",
                         help="hf (default), sentence-transformers or gguf")
     parser.add_argument("--pooling", choices=("mean", "mean-all", "cls"), default=None,
@@ -66,6 +67,8 @@ def export_command(args: argparse.Namespace) -> int:
                f"checked: max |difference| {exported.max_difference:.1e}")
     print(f"exported {args.run_dir} as {exported.target.architecture} ({args.format}) to "
           f"{exported.out} ({checked})")
+    if exported.target.note:
+        print(exported.target.note)
     return 0
 
 

@@ -18,13 +18,17 @@ ROWS, LENGTH = 3, 24
 
 
 def sample_inputs(run: Run, seed: int = 0) -> tuple[Tensor, Tensor]:
-    """Random ordinary tokens, rows right-padded to different lengths; (ids, attention mask)."""
+    """Random ordinary tokens, rows right-padded to different lengths, as lmlab pads them;
+    (ids, attention mask). The padding holds the padding token where the tokenizer has one:
+    a decoder's sequence class finds each row's last token by it."""
     generator = torch.Generator().manual_seed(seed)
     ordinary = run.special.ordinary_ids()
     length = min(LENGTH, run.max_seq_len)
     ids = ordinary[torch.randint(len(ordinary), (ROWS, length), generator=generator)]
     lengths = torch.tensor([length, max(2, length * 2 // 3), max(2, length // 3)])
     attention_mask = (torch.arange(length) < lengths[:, None]).long()
+    if run.special.pad is not None:
+        ids = ids.masked_fill(attention_mask == 0, run.special.pad)
     return ids, attention_mask
 
 

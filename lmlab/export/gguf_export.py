@@ -3,6 +3,7 @@ runs of the llama (modern) and gpt2 families, written with the `gguf` package's 
 
     DIR/model.gguf   architecture and sizes, the byte-level BPE tokenizer (tokens, merges,
                      special-token roles), and the weights under llama.cpp's tensor names
+                     (or NAME.gguf, when --out names the file itself)
 
 Matrices are stored as f16 (default) or f32, norms and biases as f32, as llama.cpp's own
 converter does. llama.cpp's rotary pairs neighbouring dimensions where lmlab (and Hugging
@@ -25,7 +26,8 @@ from lmlab.export.hf_format import transformers_installed
 from lmlab.export.targets import CLASSES, ExportError, Format, Target
 from lmlab.runs import Run
 
-FILE = "model.gguf"
+FILE = "model.gguf"  # in the --out directory, unless --out names the file itself
+LMLAB_NAME = "lmlab "  # how the file's general.name starts
 ARCHITECTURES = {"modern": "llama", "gpt2": "gpt2"}  # lmlab family → GGUF architecture
 GLOBAL_TENSORS = {"backbone.token_embedding.weight": "token_embd.weight",
                   "backbone.position_embedding.weight": "position_embd.weight",
@@ -118,7 +120,7 @@ def _stored(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
 
 def _add_sizes(writer, run: Run, architecture: str) -> None:
     cfg = run.model.cfg
-    writer.add_name("lmlab " + run.path.name)
+    writer.add_name(LMLAB_NAME + run.path.name)
     writer.add_context_length(_context(run, architecture))
     writer.add_embedding_length(cfg.d_model)
     writer.add_block_count(cfg.n_layers)
@@ -202,4 +204,17 @@ def _max_difference(run: Run, staging: Path, dtype: str) -> float:
     return float((ours - theirs).abs().max())
 
 
-GGUF = Format(target, write, tolerance=1e-4, options=("dtype",))
+def written_by_lmlab(path: Path) -> bool:
+    """Whether `path` is a GGUF file lmlab wrote (its name, as `_add_sizes` gives it, says so),
+    which a new export may replace."""
+    import gguf
+
+    try:
+        name = gguf.GGUFReader(path).get_field("general.name")
+    except (OSError, ValueError, IndexError, KeyError):  # not GGUF, or cut short
+        return False
+    return name is not None and str(name.contents()).startswith(LMLAB_NAME)
+
+
+GGUF = Format(target, write, tolerance=1e-4, options=("dtype",), file=FILE,
+              ours=written_by_lmlab)

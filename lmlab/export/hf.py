@@ -9,9 +9,10 @@ GPT-2's transposed Conv1D layout, or one fused lmlab projection split into sever
     bert   ↔ BertForPreTraining (or BertForMaskedLM / BertForNextSentencePrediction), and
              fine-tuned: BertForSequenceClassification, BertForTokenClassification,
              BertForQuestionAnswering
-    gpt2   ↔ GPT2LMHeadModel, and fine-tuned: GPT2ForTokenClassification, GPT2ForQuestionAnswering
-    modern ↔ LlamaForCausalLM, and fine-tuned: LlamaForTokenClassification,
-             LlamaForQuestionAnswering
+    gpt2   ↔ GPT2LMHeadModel, and fine-tuned: GPT2ForSequenceClassification,
+             GPT2ForTokenClassification, GPT2ForQuestionAnswering
+    modern ↔ LlamaForCausalLM, and fine-tuned: LlamaForSequenceClassification,
+             LlamaForTokenClassification, LlamaForQuestionAnswering
     modernbert ↔ ModernBertForMaskedLM, and fine-tuned: ModernBertForSequenceClassification,
              ModernBertForTokenClassification, ModernBertForQuestionAnswering
 
@@ -164,16 +165,21 @@ def _without_derivable_sizes(cfg: ModelConfig) -> ModelConfig:
     return cfg.with_changes(**{name: None for name, derived in derivable.items() if derived})
 
 
-def to_hf_state_dict(model: LanguageModel, family: str) -> dict[str, Tensor]:
-    """HF-named weights of `model`, ready for `load_state_dict(strict=True)` on the HF class.
+def to_hf_state_dict(model: LanguageModel, family: str,
+                     heads: Iterable[str] | None = None) -> dict[str, Tensor]:
+    """HF-named weights of `model`, ready for `load_state_dict(strict=True)` on the HF class;
+    of the backbone and `heads` (None: every head the model has), the other heads left out.
 
     Tied weights appear under each of their HF names, as in HF's own state_dict. Tensors may
     share memory with the model, like `state_dict()`.
     """
     table = _family(model.cfg, family)
+    left_out = set() if heads is None else set(model.heads) - set(heads)
     state: dict[str, Tensor] = {}
     unmapped = []
     for key, tensor in model.state_dict().items():
+        if key.startswith("heads.") and key.split(".")[1] in left_out:
+            continue
         found = _hf_keys(key, table)
         if found is None:
             unmapped.append(key)

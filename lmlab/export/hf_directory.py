@@ -34,7 +34,8 @@ def _model_config(run: Run, target: Target) -> dict:
 
 def _weights(run: Run, target: Target) -> dict:
     """HF-named tensors, each tie stored once (HF restores the alias when loading)."""
-    weights = target.weights or (lambda model: to_hf_state_dict(model, target.family))
+    weights = target.weights or (lambda model: to_hf_state_dict(model, target.family,
+                                                                target.heads))
     state = weights(run.model.float())
     if run.model.cfg.tie_embeddings:
         for alias in HF_FAMILIES[target.family].tied:

@@ -110,7 +110,9 @@ GPT2 = Family(
         **_weight_and_bias(f"{_BLOCK}.mlp.down", f"{_GPT2_LAYER}.mlp.c_proj", transform=CONV1D),
         **_weight_and_bias("backbone.final_norm", "transformer.ln_f"),
         **_weight("heads.lm.decoder", "lm_head"),
-        # Fine-tuning heads: GPT2ForTokenClassification, GPT2ForQuestionAnswering.
+        # Fine-tuning heads: GPT2ForSequenceClassification (a bias-free `score`),
+        # GPT2ForTokenClassification, GPT2ForQuestionAnswering.
+        **_weight("heads.classify.classifier", "score"),
         **_weight_and_bias("heads.tag.classifier", "classifier"),
         **_weight_and_bias("heads.span.outputs", "qa_outputs"),
     },
@@ -135,8 +137,10 @@ LLAMA = Family(
         **_weight(f"{_BLOCK}.mlp.down", f"{_LLAMA_LAYER}.mlp.down_proj"),
         **_weight("backbone.final_norm", "model.norm"),
         **_weight("heads.lm.decoder", "lm_head"),
-        # Fine-tuning heads: LlamaForTokenClassification, LlamaForQuestionAnswering (whose
+        # Fine-tuning heads: LlamaForSequenceClassification (a bias-free `score`),
+        # LlamaForTokenClassification (`score` with a bias), LlamaForQuestionAnswering (whose
         # backbone is `transformer.`, not `model.`: lmlab.export.targets renames it).
+        **_weight("heads.classify.classifier", "score"),
         **_weight_and_bias("heads.tag.classifier", "score"),
         **_weight_and_bias("heads.span.outputs", "qa_outputs"),
     },

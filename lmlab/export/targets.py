@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of, to_hf_state_dict
-from lmlab.finetune.traits import TASKS, task_refusal
+from lmlab.finetune.traits import TASKS
 from lmlab.model.heads import pools
 from lmlab.runs import Run
 from lmlab.runs.schema import RunTask
@@ -34,6 +34,7 @@ class Target:
     weights: Callable | None = None
     # what the format writes beside the model (sentence-transformers: pooling, normalize)
     settings: dict = field(default_factory=dict)
+    note: str | None = None  # what the export leaves out of the run, said in one line
 
     @property
     def causal(self) -> bool:
@@ -44,12 +45,16 @@ class Target:
 class Format:
     """One export format (lmlab.export.formats): the class a run becomes, refusing before
     anything is written; the writer into a staging folder, returning the check's largest
-    difference (None: not checked); that difference's bound; the options it takes."""
+    difference (None: not checked); that difference's bound; the options it takes. A format
+    whose output is one `file` (GGUF) may be written as that file itself, replacing a file
+    there only when `ours` says lmlab wrote it."""
 
     target: Callable[..., Target]
     write: Callable[[Run, Target, Path, bool], float | None]
     tolerance: float
     options: tuple[str, ...] = ()
+    file: str | None = None
+    ours: Callable[[Path], bool] = lambda path: False
 
 
 # The families whose Hugging Face classes read bidirectionally; the others read causally.
@@ -69,6 +74,10 @@ CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
     ("modernbert", ("mlm",)): "ModernBertForMaskedLM",
 }
 
+# Pre-training heads a family's classes have no place for, left out of the export with a note:
+# ModernBERT was pre-trained without next-sentence prediction, so it has no class for it.
+LEFT_OUT = {"modernbert": ("nsp",)}
+
 
 def export_target(run: Run) -> Target:
     """The HF class reproducing `run` exactly; ExportError saying why and what would work."""
@@ -83,22 +92,19 @@ def export_target(run: Run) -> Target:
     _check_reading(run, family)
     heads = tuple(sorted(run.model.heads))
     if run.task is not None:
-        architecture = _task_class(run.task, family)
+        architecture = TASKS[run.task.name].hf_classes[family]
         return Target(family, architecture, heads, _task_config(run.task, family),
                       _task_weights(family, architecture))
     if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
         return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
                       electra_weights)
-    if (family, heads) not in CLASSES:
+    kept = tuple(head for head in heads if head not in LEFT_OUT.get(family, ()))
+    if (family, kept) not in CLASSES:
         raise ExportError(_no_class(family, heads))
-    return Target(family, CLASSES[family, heads], heads)
-
-
-def _task_class(task: RunTask, family: str) -> str:
-    classes = TASKS[task.name].hf_classes
-    if family not in classes:
-        raise ExportError(task_refusal(task.name, family))
-    return classes[family]
+    dropped = " + ".join(head for head in heads if head not in kept)
+    note = dropped and (f"left out the {dropped} head, which {CLASSES[family, kept]} has no "
+                        "place for; the rest of the run is exported whole")
+    return Target(family, CLASSES[family, kept], kept, note=note or None)
 
 
 def _task_weights(family: str, architecture: str) -> Callable | None:
@@ -154,6 +160,22 @@ def _check_task_reading(run: Run, family: str) -> None:
         raise ExportError(f"the run pools its {reading.pooling} tokens; {family}'s sequence "
                           f"classes pool {' or '.join(allowed)} (fine-tune with --pooling "
                           f"{allowed[0]} to export)")
+    if "classify" in run.model.heads and family not in ENCODERS:
+        _check_last_token_head(run, family)
+
+
+def _check_last_token_head(run: Run, family: str) -> None:
+    """GPT-2's and Llama's sequence classes score a row's last token by one bias-free linear
+    layer, finding that token as the last one that is not padding (config.pad_token_id)."""
+    if run.task.head_options.get("pooler", True):  # as runs were saved before the option
+        raise ExportError(f"the run's sequence head pools through BERT's dense + tanh pooler, "
+                          f"which Hugging Face's {family} sequence classes (one bias-free "
+                          "linear layer on the last token) do not have; fine-tune it again "
+                          "with --pooling last, which trains that layer, to export")
+    if run.special.pad is None:
+        raise ExportError(f"the run's tokenizer has no padding token, by which Hugging Face's "
+                          f"{family} sequence classes find each row's last token in a batch; "
+                          "fine-tune a model whose tokenizer has one to export")
 
 
 def _task_config(task: RunTask, family: str) -> dict:

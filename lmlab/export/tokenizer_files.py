@@ -24,9 +24,9 @@ HF_ROLE_NAMES = {"pad": "pad_token", "unk": "unk_token", "cls": "cls_token",
 def framed_as_lmlab_reads(tokenizer: Tokenizer, names: Mapping[str, str | None],
                           special: SpecialTokens, pair_framed: bool) -> Tokenizer:
     """A copy whose special tokens are those lmlab adds for a BERT-style model: a pair is
-    `[CLS] A [SEP] B [SEP]`, B with token type 1, as fine-tuning encodes it; one text is
-    `[CLS] A [SEP]` for a model that read pairs (NSP, fine-tuned), else `A [EOS]`, as a
-    masked LM read its documents in pre-training."""
+    `[CLS] A [SEP] B [SEP]`, B with token type 1, as fine-tuning encodes it (`A [EOS] B
+    [EOS]` without [CLS] and [SEP]); one text is `[CLS] A [SEP]` for a model that read pairs
+    (NSP, fine-tuned), else `A [EOS]`, as a masked LM read its documents in pre-training."""
     cls, sep, eos = names.get("cls"), names.get("sep"), names.get("eos")
     pairs = cls is not None and sep is not None
     if pairs and (pair_framed or eos is None):
@@ -39,8 +39,8 @@ def framed_as_lmlab_reads(tokenizer: Tokenizer, names: Mapping[str, str | None],
                                                (eos, special.eos)) if name is not None]
     framed = Tokenizer.from_str(tokenizer.to_str())
     framed.post_processor = processors.TemplateProcessing(
-        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if pairs else None,
-        special_tokens=found)
+        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if pairs
+        else f"$A:0 {eos}:0 $B:1 {eos}:1", special_tokens=found)
     return framed
 
 

@@ -1,6 +1,10 @@
 """Tasks with one prediction per text or pair of texts: classify, and pairs (e.g. NLI), which
 differs from it only in its traits (it requires a second text), and regress (e.g. relatedness
-1–5). The sequence head pools each row as the run's `Reading` says."""
+1–5). The sequence head pools each row as the run's `Reading` says: a row read at its last
+token (a causal model's) is scored as GPT scores it, by one bias-free linear layer on that
+token's state, which is what Hugging Face's GPT-2 and Llama sequence classes compute; [CLS] and
+mean poolings go through BERT's pooler first. The choice is recorded among the head's options,
+so runs saved before it (a pooler everywhere) load as they were trained."""
 
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ class ClassifyTask(Task):
         if cfg.class_weights == "balanced" and train:
             self.label_weights = balanced_weights(
                 [self.labels.index(example.label) for example in train], len(self.labels))
+
+    def head_options(self) -> dict:
+        return {**super().head_options(), "pooler": self.cfg.pooling != "last"}
 
     def target_of(self, example: TextExample):
         return None if example.label is None else self.labels.index(example.label)
@@ -113,7 +120,7 @@ class RegressTask(ClassifyTask):
     label_type = torch.float32
 
     def head_options(self) -> dict:
-        return {"num_labels": 1}
+        return {**super().head_options(), "num_labels": 1}
 
     def target_of(self, example: TextExample):
         return example.label

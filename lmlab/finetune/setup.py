@@ -24,7 +24,7 @@ from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
-from lmlab.finetune.traits import TASKS, task_refusal
+from lmlab.finetune.traits import TASKS
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head, pools
@@ -191,21 +191,7 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
     return (f"fine-tuning {source} for {cfg.task}"
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
-            f"{train_rows} training rows" + _export_note(pretrained, cfg.task))
-
-
-def _export_note(pretrained: Run, task: str) -> str:
-    """A line saying, before training, that the fine-tuned run will not export to Hugging
-    Face and what would; empty when it will."""
-    from lmlab.export.hf import family_of
-
-    try:
-        family = family_of(pretrained.model.cfg)
-    except ValueError:
-        return ""  # no Hugging Face family at all; lmlab export says so
-    if family in TASKS[task].hf_classes:
-        return ""
-    return f"\nnote: lmlab export will refuse this run: {task_refusal(task, family)}"
+            f"{train_rows} training rows")
 
 
 def _summary(results: dict, metric: str) -> str:

@@ -40,28 +40,24 @@ class TaskTraits:
     bag_of_words_floor: bool = False
 
 
-def encoder_classes(kind: str) -> dict[str, str]:
-    """The BERT and ModernBERT classes of one kind, e.g. "TokenClassification"."""
-    return {"bert": f"BertFor{kind}", "modernbert": f"ModernBertFor{kind}"}
-
-
 def every_class(kind: str) -> dict[str, str]:
-    """The BERT, ModernBERT, GPT-2 and Llama classes of one kind."""
-    return {**encoder_classes(kind), "gpt2": f"GPT2For{kind}", "modern": f"LlamaFor{kind}"}
+    """The BERT, ModernBERT, GPT-2 and Llama classes of one kind, e.g. "TokenClassification"."""
+    return {"bert": f"BertFor{kind}", "modernbert": f"ModernBertFor{kind}",
+            "gpt2": f"GPT2For{kind}", "modern": f"LlamaFor{kind}"}
 
 
 TASKS: dict[str, TaskTraits] = {
     "classify": TaskTraits(
         "text → label", "classify", "accuracy", "table", "label", "optional",
-        encoder_classes("SequenceClassification"), "single_label_classification",
+        every_class("SequenceClassification"), "single_label_classification",
         bag_of_words_floor=True),
     "pairs": TaskTraits(
         "two texts → label", "classify", "accuracy", "table", "label", "required",
-        encoder_classes("SequenceClassification"), "single_label_classification",
+        every_class("SequenceClassification"), "single_label_classification",
         bag_of_words_floor=True),
     "regress": TaskTraits(
         "text(s) → number", "classify", "pearson", "table", "number", "optional",
-        encoder_classes("SequenceClassification"), "regression"),
+        every_class("SequenceClassification"), "regression"),
     "qa": TaskTraits(
         "SQuAD JSON → answer span", "span", "f1", "squad", "answer", "required",
         every_class("QuestionAnswering")),
@@ -69,18 +65,6 @@ TASKS: dict[str, TaskTraits] = {
         "CoNLL → tags", "tag", "f1", "conll", "tags", "never",
         every_class("TokenClassification")),
 }
-
-
-def task_refusal(task: str, family: str) -> str:
-    """Why a run of `family` (lmlab.config.presets.FAMILIES) fine-tuned for `task` has no Hugging
-    Face class, and what would; said by lmlab export, and by lmlab finetune before it trains."""
-    others = " or ".join(TASKS[task].hf_classes)
-    if TASKS[task].head == "classify":
-        return (f"lmlab's sequence head pools through BERT's dense + tanh pooler, which "
-                f"Hugging Face's {family} sequence classes (one linear layer on the last token) "
-                f"do not have; fine-tune a {others} run for the {task} task to export it")
-    return (f"Hugging Face has no {family} class for the {task} task; runs fine-tuned for it "
-            f"export from the {others} family")
 
 
 def task_help() -> str:

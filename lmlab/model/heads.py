@@ -169,28 +169,34 @@ class SequenceHead(Head):
     regression). Next-sentence prediction is this head with two labels, so a pre-trained NSP
     pooler carries over into fine-tuning, as in BERT.
 
+    Without a `pooler`, it is GPT's fine-tuning head (Radford et al. 2018) as Hugging Face's
+    GPT-2 and Llama sequence classes have it: one bias-free linear layer on the pooled state
+    (the last token's, after the final norm), with nothing before it, not even dropout.
+
     `at` says what to pool: None = the first position of every row; `Rows` = those rows'
     first position; `Pooling` = per-row weights of each position.
     """
 
     accepts = (Rows, Pooling, type(None))
 
-    def __init__(self, cfg: ModelConfig, num_labels: int = 2) -> None:
+    def __init__(self, cfg: ModelConfig, num_labels: int = 2, pooler: bool = True) -> None:
         super().__init__()
-        # BERT's pooler is dense + tanh; ModernBERT pools through its task transform.
-        self.pooler = TaskTransform(cfg) if cfg.head_transform else Linear(cfg.d_model,
-                                                                           cfg.d_model)
-        self.squash = nn.Identity() if cfg.head_transform else nn.Tanh()
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.classifier = Linear(cfg.d_model, num_labels)
+        self.pooler, self.squash, self.dropout = nn.Identity(), nn.Identity(), nn.Identity()
+        if pooler:  # BERT's pooler is dense + tanh; ModernBERT pools through its transform
+            self.pooler = TaskTransform(cfg) if cfg.head_transform else Linear(cfg.d_model,
+                                                                               cfg.d_model)
+            self.squash = nn.Identity() if cfg.head_transform else nn.Tanh()
+            self.dropout = nn.Dropout(cfg.dropout)
+        self.classifier = Linear(cfg.d_model, num_labels, bias=pooler)
 
     def forward(self, hidden: Tensor, at: Rows | Pooling | None = None) -> Tensor:
-        pooled = hidden[:, 0] if at is None else at.read(hidden)
+        pooled = hidden[:, 0] if at is None else at.read(hidden)  # (B, d)
         return self.classifier(self.dropout(self.squash(self.pooler(pooled))))
 
     def start_from(self, pretrained: Mapping[str, nn.Module], embedding: nn.Embedding) -> None:
-        """The next-sentence head's pooler, when pre-training trained one (BERT's fine-tuning)."""
-        if "nsp" in pretrained:
+        """The next-sentence head's pooler, when pre-training trained one and this head has
+        one (BERT's fine-tuning)."""
+        if "nsp" in pretrained and not isinstance(self.pooler, nn.Identity):
             self.pooler.load_state_dict(pretrained["nsp"].pooler.state_dict())
 
     @classmethod
