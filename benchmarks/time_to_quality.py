@@ -220,7 +220,8 @@ def nanogpt_train(args) -> None:
 
     import torch
 
-    from lmlab.config.budget import DEADLINE_VALIDATIONS, Deadline, deadline_eval_batches
+    from lmlab.config.budget import DEADLINE_VALIDATIONS
+    from lmlab.train.deadline import Deadline, deadline_eval_batches
     from lmlab.config.presets import preset
     from lmlab.data.dataset import open_dataset
     from lmlab.data.loader import BlockBatches
