@@ -78,7 +78,7 @@ SURFACE = {
                  "--num-workers", "--objective", "--optimizer", "--out", "--overwrite", "--packing",
                  "--patience",
                  "--precision", "--prefix-len", "--random-prob", "--report-to", "--resume",
-                 "--rtd-generator", "--rtd-weight", "--schedule",
+                 "--rtd-generator", "--rtd-sharing", "--rtd-weight", "--schedule",
                  "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
                  "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],

@@ -1,6 +1,7 @@
 """A replaced-token detection run as Hugging Face's ELECTRA: identical outputs from
 ElectraForPreTraining (the discriminator's scores) and ElectraModel (the hidden states), built
-from a tiny random config through the converter export uses."""
+from a tiny random config through the converter export uses; with either embedding sharing
+(a GDES model merged as a loaded run is, its word embeddings E_G + E_Δ)."""
 
 import pytest
 import torch
@@ -10,19 +11,27 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.export.electra import electra_config, electra_weights
 from lmlab.export.hf import hf_config_dict
 from lmlab.model import LanguageModel, MaskSpec
+from lmlab.model.sharing import merge_sharing
+from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 
 transformers = pytest.importorskip("transformers")
 
 
-def rtd_model() -> LanguageModel:
+SHARINGS = pytest.mark.parametrize("sharing", ["electra", "gdes"])
+
+
+def rtd_model(sharing: str = "electra", merged: bool = True) -> LanguageModel:
     torch.manual_seed(0)
     cfg = preset("bert-tiny", 96, 32).with_changes(dropout=0.0)
-    objective = build_objective("rtd", SpecialTokens.layout(96, 0))
+    objective = build_objective("rtd", SpecialTokens.layout(96, 0),
+                                ObjectiveOptions(rtd_sharing=sharing))
     model = LanguageModel(cfg, heads=objective.build_heads(cfg)).eval()
-    with torch.no_grad():  # biases and norms away from their initial 0 and 1
+    with torch.no_grad():  # biases and norms away from their initial 0 and 1, E_Δ from 0
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.02)
+    if merged:
+        merge_sharing(model)  # as load_run reads a run
     return model
 
 
@@ -43,16 +52,26 @@ def inputs():
     return ids, attention
 
 
+@SHARINGS
 @pytest.mark.parametrize("architecture", ["ElectraForPreTraining", "ElectraModel"])
-def test_every_weight_is_mapped(architecture):
-    model = rtd_model()
+def test_every_weight_is_mapped(architecture, sharing):
+    model = rtd_model(sharing)
     hf = hf_model(model, architecture)
     expected = {k for k in hf.state_dict() if not k.endswith("position_ids")}
     assert set(electra_weights(model, bare=architecture == "ElectraModel")) == expected
 
 
-def test_discriminator_scores_match_electra_for_pretraining():
-    model = rtd_model()
+def test_gdes_exports_the_merged_table():
+    unmerged = rtd_model("gdes", merged=False)
+    embedding = unmerged.backbone.token_embedding
+    assert embedding.residual.abs().sum() > 0
+    exported = electra_weights(rtd_model("gdes"))["electra.embeddings.word_embeddings.weight"]
+    assert torch.equal(exported, embedding.weight + embedding.residual)
+
+
+@SHARINGS
+def test_discriminator_scores_match_electra_for_pretraining(sharing):
+    model = rtd_model(sharing)
     hf = hf_model(model, "ElectraForPreTraining")
     ids, attention = inputs()
     with torch.no_grad():
@@ -63,8 +82,9 @@ def test_discriminator_scores_match_electra_for_pretraining():
     assert torch.allclose(ours[real], theirs[real], atol=1e-5)
 
 
-def test_hidden_states_match_electra_model():
-    model = rtd_model()
+@SHARINGS
+def test_hidden_states_match_electra_model(sharing):
+    model = rtd_model(sharing)
     hf = hf_model(model, "ElectraModel")
     ids, attention = inputs()
     with torch.no_grad():
@@ -76,9 +96,12 @@ def test_hidden_states_match_electra_model():
 
 
 @pytest.mark.slow
-def test_lmlab_export_writes_electra_for_pretraining(tmp_path):
+@SHARINGS
+def test_lmlab_export_writes_electra_for_pretraining(tmp_path, sharing):
     import json
     import random
+
+    from safetensors.torch import load_file
 
     from tests.cli_process import lmlab
     from tests.test_end_to_end import TINY, sentence
@@ -88,8 +111,12 @@ def test_lmlab_export_writes_electra_for_pretraining(tmp_path):
         for _ in range(200)))
     lmlab("prepare", tmp_path / "corpus.jsonl", "--out", tmp_path / "data", "--vocab-size", "300")
     lmlab("pretrain", "--objective", "rtd", "--data", tmp_path / "data", "--model", "bert-tiny",
-          "--seq-len", "32", *TINY, "--out", tmp_path / "run")
+          "--seq-len", "32", "--rtd-sharing", sharing, *TINY, "--out", tmp_path / "run")
     lmlab("export", tmp_path / "run", "--out", tmp_path / "hf")
     record = json.loads((tmp_path / "hf" / "lmlab-export.json").read_text())
     assert record["architecture"] == "ElectraForPreTraining"
     assert record["max_difference"] < 1e-4
+    (weights,) = (tmp_path / "run" / "checkpoints").glob("*/model.safetensors")
+    residual = load_file(weights).get("backbone.token_embedding.residual")
+    # GDES saves E_Δ apart, trained away from zero by the discriminator's loss
+    assert (residual is not None and residual.abs().sum() > 0) == (sharing == "gdes")

@@ -11,6 +11,7 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.heads import generator_config
+from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import sample_tokens
 
@@ -85,8 +86,9 @@ def test_generator_sizes(size, layers, width, heads):
     assert (inner.n_layers, inner.d_model, inner.n_heads) == (layers, width, heads)
 
 
-def test_flops_count_the_generator():
-    objective = build_objective("rtd", SPECIAL)
+@pytest.mark.parametrize("sharing", ["electra", "gdes"])  # GDES's residual is no matmul
+def test_flops_count_the_generator(sharing):
+    objective = build_objective("rtd", SPECIAL, ObjectiveOptions(rtd_sharing=sharing))
     cfg = preset("bert-mini", 64, 128)
     inner = generator_config(cfg, "width/4")
     counted = objective_flops_per_token(cfg, 128, objective, 8)

@@ -22,6 +22,7 @@ from lmlab.kernels.linear import Linear
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from lmlab.model.layers import make_norm
 from lmlab.model.selectors import Pooling, Positions, Rows
+from lmlab.model.sharing import SHARINGS
 from lmlab.model.transformer import Transformer
 
 
@@ -62,6 +63,9 @@ class Head(nn.Module):
 
     accepts: tuple[type, ...] = (Positions, type(None))
     reads_inputs = False
+    # Whether the model reads the embedding it shares through a stop-gradient and a residual
+    # of its own (DeBERTa-v3's GDES, lmlab.model.sharing) rather than as it is.
+    gradient_disentangled = False
 
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the input embedding, when the model ties it; only vocabulary heads do."""
@@ -267,7 +271,8 @@ class GeneratorHead(Head):
     """A small masked LM over the input ids (ELECTRA's generator): the shared token embedding,
     projected to its width when narrower, its own blocks, then BERT's prediction head back at
     the embedding's width with the decoder tied to the shared embedding. Logits (N, V) at
-    `at` (None: everywhere)."""
+    `at` (None: everywhere). `sharing` (lmlab.model.sharing): "electra", the model reads the
+    shared table as it is; "gdes", through a stop-gradient plus a residual of its own."""
 
     reads_inputs = True
 
@@ -275,8 +280,11 @@ class GeneratorHead(Head):
     def how_it_starts(cls, cfg: ModelConfig) -> str:
         return "fresh blocks, token embedding shared with the backbone"
 
-    def __init__(self, cfg: ModelConfig, size: str = "width/4") -> None:
+    def __init__(self, cfg: ModelConfig, size: str = "width/4", sharing: str = "electra") -> None:
         super().__init__()
+        if sharing not in SHARINGS:
+            raise ValueError(f"embedding sharing {sharing!r} is not one of {', '.join(SHARINGS)}")
+        self.gradient_disentangled = sharing == "gdes"
         inner = generator_config(cfg, size)
         self.encoder = Transformer(inner)
         if inner.d_model != cfg.d_model:  # ELECTRA's `embeddings_project`

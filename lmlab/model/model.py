@@ -12,13 +12,15 @@ from lmlab.model.attention import KVCache
 from lmlab.model.heads import Head, VocabularyHead, make_head
 from lmlab.model.masks import MaskSpec
 from lmlab.model.selectors import Positions, Selector, describe
+from lmlab.model.sharing import DisentangledEmbedding
 from lmlab.model.transformer import Transformer
 
 
 class LanguageModel(nn.Module):
     """`heads` maps names to configured Head modules; names alone build the standard heads
-    (lm, mlm, nsp) from `cfg`. Vocabulary heads share the input embedding when `cfg` ties it.
-    Every weight is initialised here, heads included."""
+    (lm, mlm, nsp) from `cfg`. Vocabulary heads share the input embedding when `cfg` ties it;
+    a generator always shares it, under GDES read by the backbone through a residual
+    (lmlab.model.sharing). Every weight is initialised here, heads included."""
 
     def __init__(self, cfg: ModelConfig,
                  heads: Iterable[str] | Mapping[str, Head] = ("lm",)) -> None:
@@ -28,6 +30,8 @@ class LanguageModel(nn.Module):
         if not isinstance(heads, Mapping):
             heads = {name: make_head(name, cfg) for name in heads}
         self.heads = nn.ModuleDict(heads)
+        if any(head.gradient_disentangled for head in self.heads.values()):
+            self.backbone.token_embedding = DisentangledEmbedding(self.backbone.token_embedding)
         for head in self.heads.values():
             if cfg.tie_embeddings or head.reads_inputs:
                 head.tie(self.backbone.token_embedding)
@@ -100,5 +104,5 @@ class LanguageModel(nn.Module):
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
         if not include_embeddings:
-            total -= self.backbone.token_embedding.weight.numel()
+            total -= sum(p.numel() for p in self.backbone.token_embedding.parameters())
         return total

@@ -30,6 +30,10 @@ class ObjectiveOptions:
     rtd_generator: Literal["width/4", "width/2", "depth/2"] = documented(
         "width/4", "rtd: the generator beside the model: a quarter or half its width, or half "
         "its depth")
+    rtd_sharing: Literal["electra", "gdes"] = documented(
+        "electra", "rtd: how the generator shares the token embedding: electra (one table "
+        "both train) or gdes (DeBERTa-v3: the model reads it without training it, plus a "
+        "residual table of its own)")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -40,7 +40,7 @@ BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
         special, options.span_noise_density, options.span_mean_length),
     "mlm+nsp": lambda *args: MaskedLMWithNSP(_masked(*args)),
     "rtd": lambda *args: ReplacedTokenDetection(_masked(*args), args[1].rtd_weight,
-                                                args[1].rtd_generator),
+                                                args[1].rtd_generator, args[1].rtd_sharing),
 }
 
 

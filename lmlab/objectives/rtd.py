@@ -14,6 +14,7 @@ from torch import Tensor
 from lmlab.config import ModelConfig
 from lmlab.model.heads import GENERATOR_SIZES, generator_config
 from lmlab.model.selectors import Positions
+from lmlab.model.sharing import SHARINGS
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import IGNORE_INDEX, LossSum, targets_at, token_loss_sum
@@ -42,6 +43,9 @@ class ReplacedTokenDetection(Objective):
     token and samples one; the model (the discriminator) reads the text with the samples in
     place and classifies every token as original or replaced. Loss = generator MLM
     mean + `weight` (λ = 50) × discriminator BCE mean; the samples pass no gradient.
+    `sharing` (lmlab.model.sharing): "electra", both losses train the shared table; "gdes"
+    (DeBERTa-v3), the generator's loss alone trains it and the discriminator reads it plus a
+    residual table of its own, zero at first, which its loss alone trains.
 
     Before / after (rate 0.3, 80/10/10 as for mlm; `M` = [MASK], `-` = ignored target):
 
@@ -50,6 +54,11 @@ class ReplacedTokenDetection(Objective):
         targets     -    -   cat   -   down   -       (its targets)
         sampled   [CLS] the  dog  sat  down [SEP]     (the discriminator's input)
         replaced    0    0    1    0    0     0       (down drawn back: original)
+
+    The discriminator reads `sampled` as rows of the shared table E (electra: its BCE trains
+    those six rows of E too), or of sg(E) + E_Δ (`--rtd-sharing gdes`: at step 0 the same
+    rows, E_Δ being zero; its BCE trains those six rows of E_Δ and no row of E, which the
+    generator's MLM alone trains).
 
     Validation reports the generator's masked accuracy (`rtd/accuracy`) and the share of
     the tokens replaced (`rtd/replaced_fraction`): a generator that never learns replaces
@@ -62,13 +71,16 @@ class ReplacedTokenDetection(Objective):
     two_passes = True
 
     def __init__(self, masked: MaskedLM, weight: float = 50.0,
-                 generator_size: str = "width/4") -> None:
+                 generator_size: str = "width/4", sharing: str = "electra") -> None:
         if generator_size not in GENERATOR_SIZES:
             raise ValueError(f"generator size {generator_size!r} is not one of "
                              f"{', '.join(GENERATOR_SIZES)}")
         if not weight > 0:
             raise ValueError(f"the discriminator's loss weight must be positive, got {weight}")
+        if sharing not in SHARINGS:
+            raise ValueError(f"embedding sharing {sharing!r} is not one of {', '.join(SHARINGS)}")
         self.masked, self.weight, self.generator_size = masked, weight, generator_size
+        self.sharing = sharing
         self.special = masked.special
         self.special.require_all(self.traits.needs, self.title)
 
@@ -83,7 +95,7 @@ class ReplacedTokenDetection(Objective):
         return "generator"
 
     def head_options(self) -> dict[str, dict]:
-        return {"generator": {"size": self.generator_size}, "rtd": {}}
+        return {"generator": {"size": self.generator_size, "sharing": self.sharing}, "rtd": {}}
 
     def for_run(self, total_steps: int) -> ReplacedTokenDetection:
         fixed = copy.copy(self)
@@ -92,7 +104,7 @@ class ReplacedTokenDetection(Objective):
 
     def for_evaluation(self) -> ReplacedTokenDetection:
         return ReplacedTokenDetection(self.masked.for_evaluation(), self.weight,
-                                      self.generator_size)
+                                      self.generator_size, self.sharing)
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         """The discriminator projects nothing to the vocabulary; the generator's projection

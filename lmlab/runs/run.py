@@ -16,6 +16,7 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, word_start_table
 from lmlab.model import LanguageModel
 from lmlab.model.heads import Head, make_head
+from lmlab.model.sharing import merge_sharing
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import (
@@ -180,7 +181,9 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
 
     `checkpoint` is "best", "last" or a checkpoint name such as "step-00001000". `special`
     gives the special tokens of a run trained on token ids without a tokenizer.json (by
-    default lmlab's layout with no sentinels).
+    default lmlab's layout with no sentinels). A backbone trained with DeBERTa-v3's embedding
+    sharing reads one merged table (lmlab.model.sharing.merge_sharing), as every use of it
+    after pre-training takes it.
     """
     run = Path(run)
     config = read_config(run)
@@ -212,5 +215,6 @@ def load_run(run: str | Path, checkpoint: str = "best", device: str | torch.devi
     except CheckpointError as error:
         damaged = error if isinstance(error, DamagedCheckpoint) else None
         raise RunLoadError(str(error), damaged) from None
+    merge_sharing(model)  # a GDES backbone as everything after pre-training reads it
     model.to(device).eval()
     return Run(model, tokenizer, special, objective, spec, run, chosen, config)

@@ -120,11 +120,14 @@ def warm_started_model(source: InitSource, heads: Iterable[str] | Mapping[str, H
     the source has carry its weights; the others start as the module's docstring says."""
     model = LanguageModel(source.model_cfg, heads=heads)  # every weight initialised
     trained = source.run.model
-    model.backbone.load_state_dict(trained.backbone.state_dict())
     for name, head in model.heads.items():
         if name in trained.heads:
             head.load_state_dict(trained.heads[name].state_dict())
-        else:
+    # The backbone after the heads: where a generator shares its table, the model's own wins
+    # (a GDES source's generator keeps a table of its own, lmlab.model.sharing).
+    model.backbone.load_state_dict(trained.backbone.state_dict())
+    for name, head in model.heads.items():
+        if name not in trained.heads:
             head.start_from(trained.heads, model.backbone.token_embedding)
     return model
 
