@@ -221,10 +221,10 @@ def nanogpt_train(args) -> None:
     import torch
 
     from lmlab.config.budget import DEADLINE_VALIDATIONS
-    from lmlab.train.deadline import Deadline, deadline_eval_batches
     from lmlab.config.presets import preset
     from lmlab.data.dataset import open_dataset
     from lmlab.data.loader import BlockBatches
+    from lmlab.train.deadline import Deadline, deadline_eval_batches
     from lmlab.train.schedule import Schedule
 
     torch.manual_seed(args.seed)
