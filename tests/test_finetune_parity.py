@@ -1,6 +1,6 @@
 """Fine-tuned BERT against Hugging Face's task models, both directions, through the converter.
 
-The task heads (classify, tag, span) must give BertForSequenceClassification's,
+The task heads (classify, tag, answer) must give BertForSequenceClassification's,
 BertForTokenClassification's and BertForQuestionAnswering's logits, and each task's loss
 (ClassifyTask, RegressTask, NERTask, QATask) must be HF's loss from the same labels: a run
 fine-tuned here exports as the HF model users load, and a HF task checkpoint scores the same
@@ -145,7 +145,7 @@ def hf_outputs(model: torch.nn.Module, case: Case) -> dict[str, torch.Tensor]:
     batch = case.task.batch(case.rows(), READING, token_types=True)
     inputs = dict(input_ids=batch.input_ids, token_type_ids=batch.token_type_ids,
                   attention_mask=(batch.mask.segment_ids > 0).long())
-    if case.task.head == "span":
+    if case.task.head == "answer":
         outputs = model(**inputs, start_positions=batch.extras["start"],
                         end_positions=batch.extras["end"])
         logits = torch.stack((outputs.start_logits, outputs.end_logits), dim=-1)

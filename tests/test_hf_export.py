@@ -54,7 +54,7 @@ def assert_same_as_run(run, exported) -> None:
     from lmlab.export.check import hf_outputs
 
     model = auto_loaded(exported.out, exported.target.architecture)
-    ids, attention_mask = sample_inputs(run, seed=1)
+    ids, attention_mask = sample_inputs(run, seed=1, target=exported.target)
     ours = lmlab_outputs(run, exported.target, ids, attention_mask)
     theirs = hf_outputs(model, exported.target, ids, attention_mask)
     assert ours.shape == theirs.shape

@@ -44,7 +44,7 @@ def test_stacking_selectors_of_different_kinds_is_refused():
 def model():
     torch.manual_seed(0)
     return LanguageModel(preset("bert-tiny", 120, LENGTH, dropout=0.0),
-                         heads=("mlm", "nsp", "span")).eval()
+                         heads=("mlm", "nsp", "answer")).eval()
 
 
 def test_every_kind_s_every_reads_what_none_reads(model):
@@ -61,7 +61,7 @@ def test_every_kind_s_every_reads_what_none_reads(model):
 @pytest.mark.parametrize("head, at, reads", [
     ("mlm", Rows(torch.tensor([0])), "reads Positions, None; it was given Rows"),
     ("nsp", Positions(torch.tensor([0])), "reads Rows, Pooling, None; it was given Positions"),
-    ("span", Positions(torch.tensor([0])), "reads None; it was given Positions"),
+    ("answer", Positions(torch.tensor([0])), "reads None; it was given Positions"),
     ("mlm", torch.tensor([0]), "reads Positions, None; it was given Tensor")])
 def test_a_head_refuses_a_selector_it_cannot_read(model, head, at, reads):
     with pytest.raises(ValueError, match=f"the '{head}' head \\(\\w+\\) {reads}"):

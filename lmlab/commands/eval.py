@@ -21,8 +21,9 @@ def add_eval_command(commands) -> None:
                         help="BLiMP-format .jsonl files (sentence_good, sentence_bad) or "
                              "directories of them")
     parser.add_argument("--group-by", metavar="KEYS",
-                        help="comma-separated pair fields to group accuracy by ('file' = the "
-                             "file name); default: file, field and UID where present")
+                        help="comma-separated minimal-pair fields to group accuracy by "
+                             "('file' = the file name); default: file, field and UID where "
+                             "present")
     parser.add_argument("--stride", type=int,
                         help="tokens a window moves by on long documents; default: half the "
                              "model's context")

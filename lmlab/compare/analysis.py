@@ -32,7 +32,9 @@ class Row:
 
 
 @dataclass(frozen=True)
-class PairVerdict:
+class ObjectivePairVerdict:
+    """The verdict on two of the compared objectives, a against b, on one measure."""
+
     a: str
     b: str
     verdict: Verdict
@@ -67,7 +69,7 @@ class Analysis:
     scores: dict[tuple[str, str, float], np.ndarray]  # (measure, objective, fraction) → K×F×N
     ledger: list[dict]
     rows: list[Row]
-    verdicts: list[PairVerdict]
+    verdicts: list[ObjectivePairVerdict]
     crossovers: list[Crossover]
     apart: list[str]  # one sentence per pair of objectives that share no measure
 
@@ -111,8 +113,8 @@ def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> An
                     higher_is_better=direction)))
     adjusted = holm([d.p_value for *_, d in differences]) if differences else []
     unmeasured = too_short(ledger, full)
-    verdicts = [PairVerdict(a, b, verdict(measure, d, p, (a, b)),
-                            unmeasured.get(a) or unmeasured.get(b))
+    verdicts = [ObjectivePairVerdict(a, b, verdict(measure, d, p, (a, b)),
+                                     unmeasured.get(a) or unmeasured.get(b))
                 for (measure, a, b, d), p in zip(differences, adjusted, strict=True)]
     return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg),
                     _apart(cfg, scores))

@@ -187,13 +187,14 @@ class CompareConfig:
         specs = split_specs(objectives) if isinstance(objectives, str) else list(objectives)
         probes = tuple(p if isinstance(p, Probe) else Probe.read(p)
                        for p in fields.pop("probes", ()) or ())
-        pairs = fields.pop("pairs", ()) or ()
-        pairs = (pairs,) if isinstance(pairs, str | Path) else pairs
+        minimal_pairs = fields.pop("pairs", ()) or ()
+        if isinstance(minimal_pairs, str | Path):
+            minimal_pairs = (minimal_pairs,)
         fractions = fields.pop("fractions", None)
         if isinstance(fractions, str):
             fractions = tuple(_fraction(f) for f in fractions.split(","))
         extra = {"fractions": tuple(fractions)} if fractions is not None else {}
-        return cls(tuple(specs), probes=probes, pairs=tuple(map(str, pairs)), **extra,
+        return cls(tuple(specs), probes=probes, pairs=tuple(map(str, minimal_pairs)), **extra,
                    **{k: v for k, v in fields.items() if v is not None})
 
 

@@ -114,28 +114,29 @@ def plot_differences(analysis: Analysis, path: Path) -> None:
     in that measure's unit (bits per byte, accuracy, ...), never two units on one axis."""
     plt = pyplot()
     by_measure: dict[str, list] = {}
-    for pair in analysis.verdicts:
-        by_measure.setdefault(pair.verdict.measure, []).append(pair)
-    heights = [0.45 * len(pairs) + 0.9 for pairs in by_measure.values()]
+    for verdict in analysis.verdicts:
+        by_measure.setdefault(verdict.verdict.measure, []).append(verdict)
+    heights = [0.45 * len(verdicts) + 0.9 for verdicts in by_measure.values()]
     figure, axes = plt.subplots(len(by_measure), 1, figsize=(8, sum(heights) + 0.8),
                                 squeeze=False, gridspec_kw={"height_ratios": heights})
-    for axis, (measure, pairs) in zip(axes[:, 0], by_measure.items(), strict=True):
-        _forest_panel(axis, measure, pairs)
+    for axis, (measure, verdicts) in zip(axes[:, 0], by_measure.items(), strict=True):
+        _forest_panel(axis, measure, verdicts)
     figure.suptitle("paired differences at the full budget, 95% intervals (right: first "
                     "objective better; grey: no side named)", fontsize=10)
     figure.tight_layout()
     save_png(figure, path)
 
 
-def _forest_panel(axis, measure: str, pairs: list) -> None:
-    for row, pair in enumerate(pairs):
-        d = pair.verdict.difference
-        colour = "grey" if pair.says.startswith("no") else "tab:blue"
+def _forest_panel(axis, measure: str, verdicts: list) -> None:
+    """One row per pair of objectives, its difference on `measure` with its interval."""
+    for row, verdict in enumerate(verdicts):
+        d = verdict.verdict.difference
+        colour = "grey" if verdict.says.startswith("no") else "tab:blue"
         axis.errorbar(d.estimate, row, xerr=[[d.estimate - d.low], [d.high - d.estimate]],
                       fmt="o", color=colour, capsize=3)
     axis.axvline(0, color="black", linewidth=0.8)
-    axis.set_yticks(range(len(pairs)), [f"{p.a} vs {p.b}" for p in pairs], fontsize=8)
-    axis.set_ylim(len(pairs) - 0.5, -0.5)
+    axis.set_yticks(range(len(verdicts)), [f"{v.a} vs {v.b}" for v in verdicts], fontsize=8)
+    axis.set_ylim(len(verdicts) - 0.5, -0.5)
     axis.set_title(measure, fontsize=9)
     axis.set_xlabel(f"advantage of the first objective in {measure_unit(measure)}", fontsize=8)
 

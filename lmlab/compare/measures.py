@@ -26,7 +26,7 @@ import numpy as np
 
 from lmlab.data.dataset import Dataset, open_dataset
 from lmlab.eval.evaluate import score_texts
-from lmlab.eval.minimal_pairs import read_pairs
+from lmlab.eval.minimal_pairs import read_minimal_pairs
 from lmlab.eval.rules import rules_for
 from lmlab.eval.scoring import score_documents
 from lmlab.eval.texts import EvalText, dataset_text
@@ -44,7 +44,7 @@ MIN_DOCUMENTS = 2
 class Measure:
     name: str
     higher_is_better: bool
-    kind: str  # "text", "pairs" or "probe"
+    kind: str  # "text", "minimal pairs" or "probe"
 
 
 def measure_of(name: str) -> Measure:
@@ -52,7 +52,7 @@ def measure_of(name: str) -> Measure:
     if name.startswith("probe "):
         return Measure(name, True, "probe")
     if name == MINIMAL_PAIRS:
-        return Measure(name, True, "pairs")
+        return Measure(name, True, "minimal pairs")
     if name == NEXT_TOKEN:
         return Measure(name, True, "text")
     return Measure(name, False, "text")  # bits per byte, true or pseudo: lower is better
@@ -130,15 +130,17 @@ def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
     return found
 
 
-def pair_scores(run: Run, pairs: Sequence) -> np.ndarray:
-    """1 where the good sentence of a pair scores higher under the run's first rule, else 0."""
-    sentences = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
+def minimal_pair_scores(run: Run, minimal_pairs: Sequence) -> np.ndarray:
+    """1 where the good sentence of a minimal pair scores higher under the run's first rule,
+    else 0."""
+    sentences = list(dict.fromkeys(s for p in minimal_pairs for s in (p.good, p.bad)))
     scores = score_texts(run, sentences).log_likelihood
     by_sentence = dict(zip(sentences, scores, strict=True))
-    return np.array([float(by_sentence[p.good] > by_sentence[p.bad]) for p in pairs])
+    return np.array([float(by_sentence[p.good] > by_sentence[p.bad]) for p in minimal_pairs])
 
 
-def pair_groups(paths: Sequence[str]) -> tuple[list, list[str]]:
-    """The pairs of `paths` and each one's phenomenon (its UID, else its file's name)."""
-    pairs = read_pairs(paths)
-    return pairs, [p.groups.get("UID", p.groups["file"]) for p in pairs]
+def minimal_pair_groups(paths: Sequence[str]) -> tuple[list, list[str]]:
+    """The minimal pairs of `paths` and each one's phenomenon (its UID, else its file's
+    name)."""
+    minimal_pairs = read_minimal_pairs(paths)
+    return minimal_pairs, [p.groups.get("UID", p.groups["file"]) for p in minimal_pairs]

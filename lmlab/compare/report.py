@@ -20,7 +20,7 @@ from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
 from lmlab.compare.floors import Floors
 from lmlab.compare.layout import RECORD, REPORT
-from lmlab.compare.measures import MINIMAL_PAIRS, pair_groups
+from lmlab.compare.measures import MINIMAL_PAIRS, minimal_pair_groups
 
 PNGS = ("curves.png", "differences.png", "phenomena.png", "probes.png")
 
@@ -82,7 +82,7 @@ def _config_dict(cfg: CompareConfig) -> dict:
 
 def _phenomena(cfg: CompareConfig, analysis: Analysis) -> dict:
     """Minimal-pair accuracy per phenomenon and objective at the full budget, over seeds."""
-    _, groups = pair_groups(cfg.pairs)
+    _, groups = minimal_pair_groups(cfg.pairs)
     groups = np.array(groups)
     full = max(cfg.fractions)
     table = {}

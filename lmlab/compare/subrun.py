@@ -20,8 +20,8 @@ from lmlab.compare.design import CompareConfig, SubRun
 from lmlab.compare.measures import (
     MINIMAL_PAIRS,
     HeldOut,
-    pair_groups,
-    pair_scores,
+    minimal_pair_groups,
+    minimal_pair_scores,
     probe_measure,
     text_scores,
 )
@@ -62,8 +62,8 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None
     scores = {name: values[None] for name, values in
               text_scores(run, HeldOut.of(run, data, cfg.eval_tokens)).items()}
     if cfg.pairs:
-        pairs, _ = pair_groups(cfg.pairs)
-        scores[MINIMAL_PAIRS] = pair_scores(run, pairs)[None]
+        minimal_pairs, _ = minimal_pair_groups(cfg.pairs)
+        scores[MINIMAL_PAIRS] = minimal_pair_scores(run, minimal_pairs)[None]
     for probe in cfg.probes:
         metric, rows = _probe(sub, cfg, probe)
         scores[probe_measure(probe.name, metric)] = np.stack(rows)

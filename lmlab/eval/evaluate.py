@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmlab.eval.minimal_pairs import pair_accuracy, pair_files, read_pairs
+from lmlab.eval.minimal_pairs import minimal_pair_accuracy, minimal_pair_files, read_minimal_pairs
 from lmlab.eval.perplexity import text_metrics
 from lmlab.eval.rules import ScoringRule, rules_for
 from lmlab.eval.scoring import DocumentScores, score_documents
@@ -77,8 +77,9 @@ def evaluate(model: str | Path | Run, data: str | Path | Sequence[str | Path] | 
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
     run = model if isinstance(model, Run) else load_run(model, checkpoint, device)
-    pair_paths = [pairs] if isinstance(pairs, str | Path) else pairs
-    pair_list = read_pairs(pair_paths, group_by) if pair_paths is not None else None
+    minimal_pair_paths = [pairs] if isinstance(pairs, str | Path) else pairs
+    minimal_pairs = (None if minimal_pair_paths is None
+                     else read_minimal_pairs(minimal_pair_paths, group_by))
     rules = rules_for(run.objective, run.special)
     result = {"run": str(run.path), "objective": run.spec,
               "checkpoint": run.checkpoint.name if run.checkpoint else None}
@@ -89,16 +90,17 @@ def evaluate(model: str | Path | Run, data: str | Path | Sequence[str | Path] | 
                           "invalid_utf8_bytes": text.invalid_utf8_bytes}
         result["perplexity"] = [text_metrics(run.model, rule, text, stride, batch_tokens,
                                              progress) for rule in rules]
-    if pair_list is not None:
-        result["pairs"] = {"files": [str(p) for p in pair_files(pair_paths)],
-                           "pairs": len(pair_list)}
-        result["minimal_pairs"] = [_pair_results(run, rule, pair_list, batch_tokens,
-                                                 progress) for rule in rules]
+    if minimal_pairs is not None:
+        result["pairs"] = {"files": [str(p) for p in minimal_pair_files(minimal_pair_paths)],
+                           "pairs": len(minimal_pairs)}
+        result["minimal_pairs"] = [_minimal_pair_results(run, rule, minimal_pairs,
+                                                         batch_tokens, progress)
+                                   for rule in rules]
     return result
 
 
-def _pair_results(run: Run, rule: ScoringRule, pairs, batch_tokens: int,
-                  progress: bool) -> dict:
+def _minimal_pair_results(run: Run, rule: ScoringRule, minimal_pairs, batch_tokens: int,
+                          progress: bool) -> dict:
     timing = {}
 
     def score(sentences: list[str]):
@@ -109,7 +111,7 @@ def _pair_results(run: Run, rule: ScoringRule, pairs, batch_tokens: int,
                       seconds=time.perf_counter() - start)
         return scores.log_likelihood
 
-    accuracy = pair_accuracy(pairs, score)
+    accuracy = minimal_pair_accuracy(minimal_pairs, score)
     return {"rule": rule.name, "description": rule.description, **timing,
             "tokens_per_second": timing["tokens_scored"] / max(timing["seconds"], 1e-9),
             **accuracy}

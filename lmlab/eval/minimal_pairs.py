@@ -26,13 +26,13 @@ DEFAULT_GROUPS = ("file", "field", "UID")
 
 
 @dataclass(frozen=True)
-class Pair:
+class MinimalPair:
     good: str
     bad: str
     groups: dict[str, str]  # grouping key → this pair's value
 
 
-def pair_files(paths: Sequence[str | Path]) -> list[Path]:
+def minimal_pair_files(paths: Sequence[str | Path]) -> list[Path]:
     """Files as given; a directory stands for its JSON-lines files (.jsonl, maybe compressed),
     sorted."""
     files = []
@@ -49,7 +49,7 @@ def pair_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _pair(row: Row, path: Path, keys: Sequence[str], required: bool) -> Pair:
+def _minimal_pair(row: Row, path: Path, keys: Sequence[str], required: bool) -> MinimalPair:
     fields, line = row.fields, row.line
     for name in SENTENCES:
         if name not in fields:
@@ -64,7 +64,7 @@ def _pair(row: Row, path: Path, keys: Sequence[str], required: bool) -> Pair:
             groups[key] = str(fields[key])
         elif required:
             raise DataError(f"no {key!r} to group by", path, line)
-    return Pair(fields["sentence_good"], fields["sentence_bad"], groups)
+    return MinimalPair(fields["sentence_good"], fields["sentence_bad"], groups)
 
 
 def _row_format(path: Path) -> str:
@@ -73,13 +73,14 @@ def _row_format(path: Path) -> str:
     return found if found not in (None, ".txt") else ".jsonl"
 
 
-def read_pairs(paths: Sequence[str | Path], group_by: Sequence[str] | None = None) -> list[Pair]:
+def read_minimal_pairs(paths: Sequence[str | Path],
+                       group_by: Sequence[str] | None = None) -> list[MinimalPair]:
     keys = list(group_by) if group_by else list(DEFAULT_GROUPS)
     pairs = []
-    for path in pair_files(paths):
+    for path in minimal_pair_files(paths):
         before = len(pairs)
         rows = read_rows(path, ReadOptions(strict=True), as_format=_row_format(path))
-        pairs += (_pair(row, path, keys, required=bool(group_by)) for row in rows)
+        pairs += (_minimal_pair(row, path, keys, required=bool(group_by)) for row in rows)
         if len(pairs) == before:
             raise DataError("no minimal pairs in this file", path)
     if not group_by and all(p.groups.get("UID") == p.groups["file"] for p in pairs):
@@ -93,7 +94,8 @@ def _stats(correct: np.ndarray, ties: np.ndarray) -> dict:
             "accuracy": float(correct.mean()) if len(correct) else 0.0}
 
 
-def pair_accuracy(pairs: Sequence[Pair], score: Callable[[list[str]], np.ndarray]) -> dict:
+def minimal_pair_accuracy(pairs: Sequence[MinimalPair],
+                          score: Callable[[list[str]], np.ndarray]) -> dict:
     """Accuracy overall and per group; `score` maps sentences to log-likelihoods."""
     sentences = list(dict.fromkeys(s for p in pairs for s in (p.good, p.bad)))
     by_sentence = dict(zip(sentences, np.asarray(score(sentences), dtype=float), strict=True))

@@ -37,7 +37,7 @@ def _perplexity_lines(result: dict) -> list[str]:
     return lines
 
 
-def _pair_lines(result: dict) -> list[str]:
+def _minimal_pair_lines(result: dict) -> list[str]:
     runs = result["minimal_pairs"]
     lines = [f"minimal pairs: {len(result['pairs']['files'])} files, "
              f"{result['pairs']['pairs']:,} pairs; accuracy (ties count as wrong)"]
@@ -57,7 +57,7 @@ def format_report(result: dict) -> str:
     if "perplexity" in result:
         lines += ["", *_perplexity_lines(result)]
     if "minimal_pairs" in result:
-        lines += ["", *_pair_lines(result)]
+        lines += ["", *_minimal_pair_lines(result)]
     rules = {m["rule"]: m["description"] for part in ("perplexity", "minimal_pairs")
              for m in result.get(part, [])}
     lines += ["", *(f"{name}: {description}" for name, description in rules.items())]

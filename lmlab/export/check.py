@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from lmlab.export.targets import Target
+from lmlab.finetune.encoding import closing_ids
 from lmlab.model import MaskSpec
 from lmlab.model.heads import pools
 from lmlab.model.selectors import Pooling
@@ -17,18 +18,24 @@ from lmlab.runs import Run
 ROWS, LENGTH = 3, 24
 
 
-def sample_inputs(run: Run, seed: int = 0) -> tuple[Tensor, Tensor]:
+def sample_inputs(run: Run, seed: int = 0,
+                  target: Target | None = None) -> tuple[Tensor, Tensor]:
     """Random ordinary tokens, rows right-padded to different lengths, as lmlab pads them;
-    (ids, attention mask). The padding holds the padding token where the tokenizer has one:
-    a decoder's sequence class finds each row's last token by it."""
+    (ids, attention mask). A fine-tuned run's rows end as its fine-tuning ends them (with
+    [SEP] or [EOS]), and the padding holds the id the export pads with (`target`'s, else the
+    tokenizer's padding token): a decoder's sequence class finds each row's last token by it."""
     generator = torch.Generator().manual_seed(seed)
     ordinary = run.special.ordinary_ids()
     length = min(LENGTH, run.max_seq_len)
     ids = ordinary[torch.randint(len(ordinary), (ROWS, length), generator=generator)]
     lengths = torch.tensor([length, max(2, length * 2 // 3), max(2, length // 3)])
     attention_mask = (torch.arange(length) < lengths[:, None]).long()
-    if run.special.pad is not None:
-        ids = ids.masked_fill(attention_mask == 0, run.special.pad)
+    closing = closing_ids(run.special) if run.task is not None else []
+    if closing:
+        ids[torch.arange(ROWS), lengths - 1] = closing[0]
+    pad = run.special.pad if target is None else target.pad_id(run.special)
+    if pad is not None:
+        ids = ids.masked_fill(attention_mask == 0, pad)
     return ids, attention_mask
 
 
@@ -101,7 +108,7 @@ def max_difference(run: Run, target: Target, out: Path) -> float:
     extra = {"add_pooling_layer": False} if target.architecture == "BertModel" else {}
     model = getattr(transformers, target.architecture).from_pretrained(
         out, attn_implementation="eager", **extra).eval()
-    ids, attention_mask = sample_inputs(run)
+    ids, attention_mask = sample_inputs(run, target=target)
     theirs = hf_outputs(model, target, ids, attention_mask)
     ours = lmlab_outputs(run, target, ids, attention_mask)
     if ours.shape != theirs.shape:

@@ -21,14 +21,15 @@ from lmlab.export.tokenizer_files import write_tokenizer_files
 from lmlab.runs import Run
 
 
-def special_ids(run: Run) -> dict:
+def special_ids(run: Run, target: Target) -> dict:
     special = run.special
-    return {"pad_token_id": special.pad, "bos_token_id": special.bos,
+    return {"pad_token_id": target.pad_id(special), "bos_token_id": special.bos,
             "eos_token_id": special.eos}
 
 
 def _model_config(run: Run, target: Target) -> dict:
-    config = hf_config_dict(run.model.cfg, target.family, **special_ids(run), **target.config)
+    config = hf_config_dict(run.model.cfg, target.family, **special_ids(run, target),
+                            **target.config)
     return {**config, "architectures": [target.architecture], "torch_dtype": "float32"}
 
 
@@ -48,8 +49,9 @@ def _weights(run: Run, target: Target) -> dict:
     return {key: tensor.detach().contiguous().cpu() for key, tensor in state.items()}
 
 
-def _generation_config(run: Run) -> dict:
-    return {**{key: value for key, value in special_ids(run).items() if value is not None},
+def _generation_config(run: Run, target: Target) -> dict:
+    return {**{key: value for key, value in special_ids(run, target).items()
+               if value is not None},
             "do_sample": False}
 
 
@@ -59,12 +61,14 @@ def write_hf_directory(run: Run, target: Target, staging: Path, framed: bool,
     a text with (encoders, embeddings), else it keeps its own (a prompt to continue)."""
     files = {"config.json": _model_config(run, target)}
     if target.causal:
-        files["generation_config.json"] = _generation_config(run)
+        files["generation_config.json"] = _generation_config(run, target)
     for name, content in files.items():
         (staging / name).write_text(json.dumps(content, indent=2) + "\n")
     save_file(_weights(run, target), str(staging / "model.safetensors"),
               metadata={"format": "pt"})
-    write_tokenizer_files(staging, run.require_tokenizer(), run.config.special_token_names,
-                          run.special, run.max_seq_len,
+    tokenizer, names = run.require_tokenizer(), dict(run.config.special_token_names)
+    if target.padding is not None:  # in place of the tokenizer's own
+        names["pad"] = tokenizer.id_to_token(target.padding)
+    write_tokenizer_files(staging, tokenizer, names, run.special, run.max_seq_len,
                           token_types=bool(run.model.cfg.type_vocab_size),
                           pair_framed=pair_framed, framed=framed)

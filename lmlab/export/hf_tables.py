@@ -82,12 +82,12 @@ BERT = Family(
             ("cls.predictions.decoder.bias", "cls.predictions.bias"), DUPLICATED),
         **_weight_and_bias("heads.nsp.pooler", "bert.pooler.dense"),
         **_weight_and_bias("heads.nsp.classifier", "cls.seq_relationship"),
-        # Fine-tuning heads, one per model. HF's token and span models have no pooler; the
-        # sequence and token classifiers share the name `classifier`.
+        # Fine-tuning heads, one per model. HF's token and question-answering models have no
+        # pooler; the sequence and token classifiers share the name `classifier`.
         **_weight_and_bias("heads.classify.pooler", "bert.pooler.dense"),
         **_weight_and_bias("heads.classify.classifier", "classifier"),
         **_weight_and_bias("heads.tag.classifier", "classifier"),
-        **_weight_and_bias("heads.span.outputs", "qa_outputs"),
+        **_weight_and_bias("heads.answer.outputs", "qa_outputs"),
     },
     tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
           "cls.predictions.decoder.bias": "cls.predictions.bias"},
@@ -114,7 +114,7 @@ GPT2 = Family(
         # GPT2ForTokenClassification, GPT2ForQuestionAnswering.
         **_weight("heads.classify.classifier", "score"),
         **_weight_and_bias("heads.tag.classifier", "classifier"),
-        **_weight_and_bias("heads.span.outputs", "qa_outputs"),
+        **_weight_and_bias("heads.answer.outputs", "qa_outputs"),
     },
     tied={"lm_head.weight": "transformer.wte.weight"},
 )
@@ -142,7 +142,7 @@ LLAMA = Family(
         # backbone is `transformer.`, not `model.`: lmlab.export.targets renames it).
         **_weight("heads.classify.classifier", "score"),
         **_weight_and_bias("heads.tag.classifier", "score"),
-        **_weight_and_bias("heads.span.outputs", "qa_outputs"),
+        **_weight_and_bias("heads.answer.outputs", "qa_outputs"),
     },
     tied={"lm_head.weight": "model.embed_tokens.weight"},
     free_head_sizes=True,
@@ -169,12 +169,12 @@ MODERNBERT = Family(
         **_weight("heads.mlm.norm", "head.norm"),
         **_weight_and_bias("heads.mlm.decoder", "decoder"),
         # Fine-tuning heads, one per model, each reading through `head` (dense → GELU → norm).
-        **{key: rule for name in ("classify.pooler", "tag.transform", "span.transform")
+        **{key: rule for name in ("classify.pooler", "tag.transform", "answer.transform")
            for key, rule in {**_weight_and_bias(f"heads.{name}.dense", "head.dense"),
                              **_weight(f"heads.{name}.norm", "head.norm")}.items()},
         **_weight_and_bias("heads.classify.classifier", "classifier"),
         **_weight_and_bias("heads.tag.classifier", "classifier"),
-        **_weight_and_bias("heads.span.outputs", "classifier"),
+        **_weight_and_bias("heads.answer.outputs", "classifier"),
     },
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
 )

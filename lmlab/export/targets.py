@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of, to_hf_state_dict
+from lmlab.finetune.encoding import padding_apart
 from lmlab.finetune.traits import TASKS
 from lmlab.model.heads import pools
 from lmlab.runs import Run
@@ -35,10 +37,17 @@ class Target:
     # what the format writes beside the model (sentence-transformers: pooling, normalize)
     settings: dict = field(default_factory=dict)
     note: str | None = None  # what the export leaves out of the run, said in one line
+    # the padding id the export declares in place of the tokenizer's (lmlab.finetune.encoding.
+    # padding_apart): a decoder's sequence class finds each row's last token by it
+    padding: int | None = None
 
     @property
     def causal(self) -> bool:
         return self.family not in ENCODERS
+
+    def pad_id(self, special: SpecialTokens) -> int | None:
+        """The id the exported model's config and tokenizer pad with."""
+        return special.pad if self.padding is None else self.padding
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,8 @@ def export_target(run: Run) -> Target:
     if run.task is not None:
         architecture = TASKS[run.task.name].hf_classes[family]
         return Target(family, architecture, heads, _task_config(run.task, family),
-                      _task_weights(family, architecture))
+                      _task_weights(family, architecture),
+                      padding=_last_token_padding(run, family))
     if family == "bert" and heads == RTD_HEADS:  # the discriminator, as ELECTRA releases it
         return Target(family, "ElectraForPreTraining", ("rtd",), electra_config(run.model),
                       electra_weights)
@@ -160,22 +170,28 @@ def _check_task_reading(run: Run, family: str) -> None:
         raise ExportError(f"the run pools its {reading.pooling} tokens; {family}'s sequence "
                           f"classes pool {' or '.join(allowed)} (fine-tune with --pooling "
                           f"{allowed[0]} to export)")
-    if "classify" in run.model.heads and family not in ENCODERS:
-        _check_last_token_head(run, family)
 
 
-def _check_last_token_head(run: Run, family: str) -> None:
-    """GPT-2's and Llama's sequence classes score a row's last token by one bias-free linear
-    layer, finding that token as the last one that is not padding (config.pad_token_id)."""
+def _last_token_padding(run: Run, family: str) -> int | None:
+    """The padding id by which GPT-2's and Llama's sequence classes find the token the run
+    pools (None: not such a class). They score a row's last token by one bias-free linear
+    layer, taking that token to be the last one that is not padding (config.pad_token_id)."""
+    if "classify" not in run.model.heads or family in ENCODERS:
+        return None
     if run.task.head_options.get("pooler", True):  # as runs were saved before the option
         raise ExportError(f"the run's sequence head pools through BERT's dense + tanh pooler, "
                           f"which Hugging Face's {family} sequence classes (one bias-free "
                           "linear layer on the last token) do not have; fine-tune it again "
                           "with --pooling last, which trains that layer, to export")
-    if run.special.pad is None:
-        raise ExportError(f"the run's tokenizer has no padding token, by which Hugging Face's "
-                          f"{family} sequence classes find each row's last token in a batch; "
-                          "fine-tune a model whose tokenizer has one to export")
+    try:
+        return padding_apart(run.special)
+    except ValueError as reason:
+        raise ExportError(f"{reason}: Hugging Face's {family} sequence classes take a row's "
+                          "last token to be its last one that is not padding "
+                          "(config.pad_token_id), so they would not read the token lmlab "
+                          "pools; lmlab predict reads this run, and a run fine-tuned from one "
+                          "whose tokenizer has a padding token (lmlab's own have [PAD]) "
+                          "exports") from None
 
 
 def _task_config(task: RunTask, family: str) -> dict:

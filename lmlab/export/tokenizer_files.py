@@ -28,8 +28,8 @@ def framed_as_lmlab_reads(tokenizer: Tokenizer, names: Mapping[str, str | None],
     [EOS]` without [CLS] and [SEP]); one text is `[CLS] A [SEP]` for a model that read pairs
     (NSP, fine-tuned), else `A [EOS]`, as a masked LM read its documents in pre-training."""
     cls, sep, eos = names.get("cls"), names.get("sep"), names.get("eos")
-    pairs = cls is not None and sep is not None
-    if pairs and (pair_framed or eos is None):
+    cls_and_sep = cls is not None and sep is not None
+    if cls_and_sep and (pair_framed or eos is None):
         single = f"{cls}:0 $A:0 {sep}:0"
     elif eos is not None:
         single = f"$A:0 {eos}:0"
@@ -39,7 +39,7 @@ def framed_as_lmlab_reads(tokenizer: Tokenizer, names: Mapping[str, str | None],
                                                (eos, special.eos)) if name is not None]
     framed = Tokenizer.from_str(tokenizer.to_str())
     framed.post_processor = processors.TemplateProcessing(
-        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if pairs
+        single=single, pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if cls_and_sep
         else f"$A:0 {eos}:0 $B:1 {eos}:1", special_tokens=found)
     return framed
 

@@ -47,7 +47,7 @@ def require_scikit_learn(needed_by: str = "--baseline bow") -> None:
 
 
 class BagOfWords:
-    """Examples → sparse feature rows: the tf-idf of a text's word 1-2-grams, or for a pair
+    """Examples → sparse feature rows: the tf-idf of a text's word 1-2-grams, or for a text pair
     [v(A), v(B), shared(A, B)] over one vocabulary, shared being 1 at each n-gram both texts
     hold. Keeping the two texts apart lets a word weigh differently in each (a hypothesis's
     "not" is not a premise's), which "A [SEP] B" as one text cannot; the shared n-grams are
@@ -55,10 +55,10 @@ class BagOfWords:
     two vectors side by side can see (as InferSent's u*v features, Conneau et al. 2017; 0/1
     rather than the product of two tf-idf weights, too small for a regularised fit to weigh)."""
 
-    def __init__(self, pairs: bool) -> None:
+    def __init__(self, text_pairs: bool) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        self.pairs = pairs
+        self.text_pairs = text_pairs
         self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True,
                                           token_pattern=TOKENS)
 
@@ -67,7 +67,7 @@ class BagOfWords:
 
     def fit(self, examples: Sequence[TextExample]) -> BagOfWords:
         first, second = self._texts(examples)
-        self.vectorizer.fit(first + second if self.pairs else first)
+        self.vectorizer.fit(first + second if self.text_pairs else first)
         return self
 
     def __call__(self, examples: Sequence[TextExample]):
@@ -75,7 +75,7 @@ class BagOfWords:
 
         first, second = self._texts(examples)
         a = self.vectorizer.transform(first)
-        if not self.pairs:
+        if not self.text_pairs:
             return a
         b = self.vectorizer.transform(second)
         shared = (a.multiply(b) > 0).astype(a.dtype)
@@ -83,7 +83,7 @@ class BagOfWords:
 
     @property
     def size(self) -> int:
-        return len(self.vectorizer.vocabulary_) * (3 if self.pairs else 1)
+        return len(self.vectorizer.vocabulary_) * (3 if self.text_pairs else 1)
 
 
 def fit_floor(task: Task, splits: Splits) -> dict:
@@ -97,7 +97,7 @@ def fit_floor(task: Task, splits: Splits) -> dict:
     model = LogisticRegression(max_iter=MAX_ITERATIONS)
     model.fit(features(splits.train), [task.target_of(e) for e in splits.train])
     floor = {"name": NAME, "model": MODEL + (" of each text and those both share"
-                                             if features.pairs else ""),
+                                             if features.text_pairs else ""),
              "scikit_learn": sklearn.__version__, "train_rows": len(splits.train),
              "features": features.size, "main_metric": task.main_metric}
     for split in ("validation", "test"):

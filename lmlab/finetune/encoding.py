@@ -52,6 +52,37 @@ class Words:
         return "".join(chars)
 
 
+def closing_ids(special: SpecialTokens) -> list[int]:
+    """The token closing each text of a row, and so every row's last: [SEP], else [EOS], else
+    none ([])."""
+    return special.present("sep") or special.present("eos")
+
+
+def padding_apart(special: SpecialTokens) -> int:
+    """A padding id that no row ends with, by which a model that takes a row's last token to
+    be its last one that is not padding (Hugging Face's GPT-2 and Llama sequence classes)
+    finds the token a row is pooled at: the tokenizer's padding token unless it is also the
+    token closing every row (an end-of-text used as padding), else another of its special
+    tokens, which already stand apart from text, so that padding with one changes no text's
+    tokens (an ordinary token would: declared special, it is split out of the words holding
+    it). A one-line ValueError saying why when there is none."""
+    closing = closing_ids(special)
+    if special.pad is not None and special.pad not in closing:
+        return special.pad
+    if not closing:
+        raise ValueError("the tokenizer has no padding token, and no [SEP] or [EOS] closes its "
+                         "rows (a row may end with any token)")
+    role = "sep" if special.sep is not None else "eos"
+    other = next((token for token in special.all_ids if token not in closing), None)
+    if other is None and special.pad is not None:
+        raise ValueError(f"the tokenizer's padding token is also its {role} token, which "
+                         "closes every row, and it has no other special token to pad with")
+    if other is None:
+        raise ValueError(f"the tokenizer has no padding token, and no special token besides "
+                         f"its {role} token, which closes every row")
+    return other
+
+
 @dataclass
 class Encoder:
     tokenizer: Tokenizer
@@ -67,7 +98,7 @@ class Encoder:
     @property
     def ender(self) -> list[int]:
         """The token closing each text: [SEP], else [EOS], else none."""
-        return self.special.present("sep") or self.special.present("eos")
+        return closing_ids(self.special)
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

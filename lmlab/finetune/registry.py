@@ -1,5 +1,6 @@
 """The implementation of each task of the registry (traits.TASKS): the one table from a task's
-name to its class. Pairs is classify with a second text, which its traits require."""
+name to its class. The pairs task (text pairs) is classify with a second text, which its traits
+require."""
 
 from __future__ import annotations
 

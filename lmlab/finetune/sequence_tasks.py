@@ -1,5 +1,5 @@
-"""Tasks with one prediction per text or pair of texts: classify, and pairs (e.g. NLI), which
-differs from it only in its traits (it requires a second text), and regress (e.g. relatedness
+"""Tasks with one prediction per text or pair of texts: classify, and the pairs task (e.g. NLI),
+which differs from it only in its traits (it requires a second text), and regress (e.g. relatedness
 1–5). The sequence head pools each row as the run's `Reading` says: a row read at its last
 token (a causal model's) is scored as GPT scores it, by one bias-free linear layer on that
 token's state, which is what Hugging Face's GPT-2 and Llama sequence classes compute; [CLS] and

@@ -10,15 +10,17 @@ and plots.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from lmlab.config.training import require_trackers
+from lmlab.data.special_tokens import SpecialTokens
 from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder
+from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder, padding_apart
 from lmlab.finetune.evaluate import evaluate_task
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
@@ -124,6 +126,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
         print(_description(source, cfg, task, len(train_rows), pretrained))
+        warn_if_unexportable(task, reading, pretrained.special)
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
@@ -192,6 +195,20 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
             + (f" ({len(task.labels)} labels)" if task.labels else "")
             + f": {cfg.attention} attention{pooling}, {cfg.max_len} tokens per row, "
             f"{train_rows} training rows")
+
+
+def warn_if_unexportable(task: Task, reading: Reading, special: SpecialTokens) -> None:
+    """Say before training what `lmlab export` would refuse after it: a row pooled at its last
+    token is found by Hugging Face's GPT-2 and Llama sequence classes only through a padding
+    id that no row ends with (lmlab.finetune.encoding.padding_apart)."""
+    if not pools(task.head) or reading.pooling != "last":
+        return
+    try:
+        padding_apart(special)
+    except ValueError as reason:
+        print(f"lmlab finetune: lmlab export will refuse this run: {reason}, so Hugging Face's "
+              "GPT-2 and Llama sequence classes could not find the token it pools (lmlab "
+              "predict reads it)", file=sys.stderr)
 
 
 def _summary(results: dict, metric: str) -> str:

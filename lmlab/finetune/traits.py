@@ -59,7 +59,7 @@ TASKS: dict[str, TaskTraits] = {
         "text(s) → number", "classify", "pearson", "table", "number", "optional",
         every_class("SequenceClassification"), "regression"),
     "qa": TaskTraits(
-        "SQuAD JSON → answer span", "span", "f1", "squad", "answer", "required",
+        "SQuAD JSON → answer span", "answer", "f1", "squad", "answer", "required",
         every_class("QuestionAnswering")),
     "ner": TaskTraits(
         "CoNLL → tags", "tag", "f1", "conll", "tags", "never",

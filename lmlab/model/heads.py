@@ -1,6 +1,6 @@
 """Output heads, each declaring what it reads (`accepts`, lmlab.model.selectors): a token head
-reads chosen tokens, a sequence head chosen rows or a pooling of them, a span head every
-position.
+reads chosen tokens, a sequence head chosen rows or a pooling of them, an answer head (extractive
+QA) every position.
 
 A token head runs at chosen `Positions` (None = everywhere): for MLM that skips the ~85% of
 rows of the costliest matmul that carry no target. A vocabulary head can also stop short of
@@ -162,7 +162,7 @@ class TaskTransform(nn.Module):
 
 
 def task_transform(cfg: ModelConfig) -> nn.Module:
-    """What a token or span head reads the hidden states through: ModernBERT's transform, or
+    """What a token or answer head reads the hidden states through: ModernBERT's transform, or
     nothing (BERT)."""
     return TaskTransform(cfg) if cfg.head_transform else nn.Identity()
 
@@ -222,8 +222,9 @@ class TokenHead(Head):
         return self.classifier(self.dropout(self.transform(read_tokens(hidden, at))))
 
 
-class SpanHead(Head):
-    """Extractive QA: a start and an end score at every position, (B, T, 2)."""
+class AnswerHead(Head):
+    """Extractive QA: a start and an end score at every position, (B, T, 2), from which the
+    answer span is read."""
 
     accepts = (type(None),)
 
@@ -311,7 +312,7 @@ class GeneratorHead(Head):
 HEADS: dict[str, type[Head]] = {
     "lm": LMHead, "mlm": MLMHead, "nsp": SequenceHead,  # pre-training
     "rtd": DiscriminatorHead, "generator": GeneratorHead,  # replaced-token detection
-    "classify": SequenceHead, "tag": TokenHead, "span": SpanHead,  # fine-tuning
+    "classify": SequenceHead, "tag": TokenHead, "answer": AnswerHead,  # fine-tuning
 }
 
 

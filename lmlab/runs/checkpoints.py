@@ -21,10 +21,11 @@ from typing import BinaryIO
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
 from lmlab.atomic import sha256_of
+from lmlab.runs.old_names import current_weights
 
 MANIFEST = "manifest.json"
 WEIGHTS = "model.safetensors"
@@ -107,16 +108,28 @@ def load_weights(path: Path, model: nn.Module) -> None:
     verify_checkpoint(path)
     file = path / WEIGHTS
     try:  # safetensors reads tensors only: a pickle put there is refused, never run
-        missing, unexpected = load_model(model, str(file), strict=False)
+        tensors = current_weights(load_file(str(file)))
     except SafetensorError as error:
         raise DamagedCheckpoint(path, f"{file} is not a safetensors file ({error})") from None
+    try:
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
     except RuntimeError as error:  # torch lists every tensor of another shape, a line each
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         first = next((line for line in lines if line.startswith("size mismatch")), lines[-1])
         raise CheckpointError(f"checkpoint {path} does not fit this model: {first}") from None
+    missing = set(missing) - tied_to_loaded(model, set(tensors))
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {path} does not fit this model: missing "
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def tied_to_loaded(model: nn.Module, loaded: set[str]) -> set[str]:
+    """The names of `model`'s parameters not in `loaded` but tied to one that is: a checkpoint
+    stores a tied weight once (`untied`), and loading it sets every name it has."""
+    names_of: dict[int, set[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(parameter), set()).add(name)
+    return {name for names in names_of.values() if names & loaded for name in names - loaded}
 
 
 def load_checkpoint(path: Path, model: nn.Module) -> dict:

@@ -14,7 +14,8 @@ first runs are optional: run directories written before them still load.
                       of the run whose weights it started from, its path relative to the run
     task              a fine-tuned run's: {name, labels}; its reading is kept among the
                       training settings (attention, pooling), its head among the heads
-    heads             head name → its options (absent: the objective's heads, no options)
+    heads             head name → its options (absent: the objective's heads, no options);
+                      names earlier versions wrote are read as today's (lmlab.runs.old_names)
     special_tokens    role → token of an imported tokenizer (absent: lmlab's names)
     tokenizer_sha256  of the run's tokenizer.json (absent: runs saved before it was recorded)
     imported          an imported run's: {from, architectures, family}
@@ -36,6 +37,7 @@ from lmlab.atomic import write_text_atomic
 from lmlab.config import ModelConfig
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES
 from lmlab.objectives.options import ObjectiveOptions
+from lmlab.runs.old_names import current_heads
 
 Settings = TypeVar("Settings")
 
@@ -217,6 +219,7 @@ class RunConfig:
     @classmethod
     def _from_json(cls, data: Mapping) -> RunConfig:
         train, heads, task = dict(data["train"]), data.get("heads"), data.get("task")
+        heads = None if heads is None else current_heads(heads)
         embedding, source = data.get("embedding"), data.get("source")
         config = cls(
             model=ModelConfig(**data["model"]), train=train,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lmlab.data.errors import DataError
-from lmlab.eval.minimal_pairs import pair_accuracy, read_pairs
+from lmlab.eval.minimal_pairs import minimal_pair_accuracy, read_minimal_pairs
 from lmlab.eval.perplexity import bits_per_byte, text_metrics
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring
 from lmlab.eval.scoring import score_documents
@@ -42,7 +42,7 @@ def test_accuracy_counts_strict_wins_and_ties_as_wrong(tmp_path):
         asked.append(sentences)
         return np.array([scores[s] for s in sentences])
 
-    result = pair_accuracy(read_pairs([tmp_path]), score)
+    result = minimal_pair_accuracy(read_minimal_pairs([tmp_path]), score)
     assert (result["correct"], result["ties"], result["pairs"]) == (1, 1, 4)
     assert result["accuracy"] == 0.25
     assert result["groups"]["field"]["morphology"]["accuracy"] == 0.5
@@ -54,10 +54,10 @@ def test_accuracy_counts_strict_wins_and_ties_as_wrong(tmp_path):
 
 def test_uid_grouping_only_where_it_is_not_the_file_name(tmp_path):
     write_pairs(tmp_path / "island.jsonl", [pair("a", "b", UID="island")])
-    assert set(read_pairs([tmp_path / "island.jsonl"])[0].groups) == {"file"}
+    assert set(read_minimal_pairs([tmp_path / "island.jsonl"])[0].groups) == {"file"}
     write_pairs(tmp_path / "mixed.jsonl", [pair("a", "b", UID="x"), pair("c", "d", UID="y")])
-    assert read_pairs([tmp_path / "mixed.jsonl"])[1].groups == {"file": "mixed", "UID": "y"}
-    chosen = read_pairs([tmp_path / "mixed.jsonl"], group_by=["UID"])
+    assert read_minimal_pairs([tmp_path / "mixed.jsonl"])[1].groups == {"file": "mixed", "UID": "y"}
+    chosen = read_minimal_pairs([tmp_path / "mixed.jsonl"], group_by=["UID"])
     assert [p.groups for p in chosen] == [{"UID": "x"}, {"UID": "y"}]
 
 
@@ -65,7 +65,7 @@ def test_compressed_pair_files_are_read_and_grouped_by_their_plain_name(tmp_path
     (tmp_path / "island.jsonl.gz").write_bytes(gzip.compress(
         "".join(json.dumps(r) + "\n" for r in [pair("a", "b"), pair("c", "d")]).encode()))
     (tmp_path / "notes.md").write_text("not pairs")
-    pairs = read_pairs([tmp_path])
+    pairs = read_minimal_pairs([tmp_path])
     assert [(p.good, p.groups) for p in pairs] == [("a", {"file": "island"}),
                                                    ("c", {"file": "island"})]
 
@@ -85,7 +85,7 @@ def test_compressed_pair_files_are_read_and_grouped_by_their_plain_name(tmp_path
 def test_bad_pair_files_name_file_and_line(tmp_path, lines, group_by, message):
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(DataError) as error:
-        read_pairs([tmp_path / "pairs.jsonl"], group_by)
+        read_minimal_pairs([tmp_path / "pairs.jsonl"], group_by)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -102,7 +102,7 @@ def test_a_hand_built_model_prefers_the_favoured_token_and_ties_are_wrong(tmp_pa
         pair("40 31", "41 31"),  # differs only in the first token, which is given: a tie
         pair("30 31 32", "30 33 34"),  # the same score: a tie
     ])
-    result = pair_accuracy(read_pairs([tmp_path / "known.jsonl"]), score)
+    result = minimal_pair_accuracy(read_minimal_pairs([tmp_path / "known.jsonl"]), score)
     assert (result["correct"], result["ties"], result["accuracy"]) == (1, 2, 0.25)
 
 
