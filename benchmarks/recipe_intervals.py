@@ -29,13 +29,17 @@ from lmlab.compare.stats import holm, paired_bootstrap, verdict
 RESULTS = ROOT / "benchmarks" / "results"
 SEARCHES = ["time_to_quality_clm.json", "time_to_quality_mlm.json",
             "time_to_quality_clm_combined.json", "time_to_quality_mlm_combined.json",
-            "time_to_quality_clm_embedding_lr.json", "time_to_quality_mlm_embedding_lr.json"]
+            "time_to_quality_clm_embedding_lr.json", "time_to_quality_mlm_embedding_lr.json",
+            "time_to_quality_clm_5_seeds.json", "time_to_quality_clm_defaults.json",
+            "time_to_quality_mlm_defaults.json", "init_recipe.json"]
 
 
-def paired_scores(runs: dict, name: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(change, baseline) bits per byte of the seeds both ran, each shaped (1, 1, K)."""
-    baseline = {run["seed"]: run["bpb"] for run in runs["baseline"]}
-    change = {run["seed"]: run["bpb"] for run in runs[name]}
+def paired_scores(runs: dict, name: str, score: str = "bpb") -> tuple[np.ndarray, np.ndarray,
+                                                                     list[int]]:
+    """(change, baseline) bits per byte (the runs' `score`) of the seeds both ran, each shaped
+    (1, 1, K)."""
+    baseline = {run["seed"]: run[score] for run in runs["baseline"]}
+    change = {run["seed"]: run[score] for run in runs[name]}
     seeds = sorted(baseline.keys() & change.keys())
     shaped = lambda by_seed: np.array([by_seed[s] for s in seeds]).reshape(1, 1, -1)  # noqa: E731
     return shaped(change), shaped(baseline), seeds
@@ -48,16 +52,18 @@ def judged(files: list[Path]) -> list[dict]:
 
 
 def _judged_search(path: Path) -> list[dict]:
+    """A search scored more than one way (its "scores") is judged once per score."""
     search = json.loads(path.read_text(encoding="utf-8"))
     rows = []
-    for name in search["runs"]:
-        if name == "baseline":
-            continue
-        change, baseline, seeds = paired_scores(search["runs"], name)
-        # lower bits are better: the advantage is baseline - change
-        difference = paired_bootstrap(change, baseline, higher_is_better=False)
-        rows.append({"file": path.name, "objective": search["objective"], "change": name,
-                     "seeds": seeds, "difference": difference})
+    for score in search.get("scores", {"bpb": ""}):
+        for name in search["runs"]:
+            if name == "baseline":
+                continue
+            change, baseline, seeds = paired_scores(search["runs"], name, score)
+            # lower bits are better: the advantage is baseline - change
+            difference = paired_bootstrap(change, baseline, higher_is_better=False)
+            rows.append({"file": path.name, "objective": search["objective"], "score": score,
+                         "change": name, "seeds": seeds, "difference": difference})
     adjusted = holm([row["difference"].p_value for row in rows])
     for row, p in zip(rows, adjusted, strict=True):
         found = verdict(row["change"], row["difference"], p, names=(row["change"], "baseline"))
@@ -78,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = judged(args.files)
     for row in rows:
-        print(f"{row['objective']}  {row['change']:48s} {row['bpb_change']:+.3f} "
+        print(f"{row['objective']} {row['score']:8s} {row['change']:48s} {row['bpb_change']:+.3f} "
               f"[{row['low']:+.3f}, {row['high']:+.3f}]  Holm p {row['holm_p']:.2f}  "
               f"{row['verdict']}")
     write_results(args.out, {

@@ -13,7 +13,10 @@ the baseline and each candidate once, with a new seed, so machine noise hits the
 run's final weights are scored in this process on the first 16 validation micro-batches (the
 blocks lmlab validates on, 65k tokens), as lmlab's validation scores them: bits per byte, so
 tokenizers could differ; masked objectives under the fixed 15% validation mask. The baseline
-is a plain recipe spelled out, or with --on-defaults lmlab's defaults as they are now.
+is a plain recipe spelled out, or with --on-defaults lmlab's defaults as they are now; against
+the defaults, the candidates are their simpler options (AdamW, cosine decay, one rate for
+the embeddings, a tied head, the BERT family for masked LM), so a default shows what taking
+it away costs.
 
 `nanogpt` trains lmlab's default CLM recipe (`lmlab pretrain --objective clm` with only the
 data and the time given) and nanoGPT's own `model.py` with its `configure_optimizers` (AdamW
@@ -76,6 +79,7 @@ BASELINES = {
 # One change each, against the baseline.
 CANDIDATES = {
     "modern family": Recipe(("--model", "modern-mini")),
+    "modernbert family": Recipe(("--model", "modernbert-mini")),
     "muon": Recipe(("--optimizer", "muon")),
     "qk-norm": Recipe(overrides={"qk_norm": True}),
     "relu2": Recipe(overrides={"activation": "relu2"}),
@@ -88,8 +92,16 @@ CANDIDATES = {
     "embedding lr x30": Recipe(("--embedding-lr-scale", "30")),
     "mask 30%": Recipe(("--mlm-rate", "0.3")),
     "mask 30%→15%": Recipe(("--mlm-rate-start", "0.3", "--mlm-rate", "0.15")),
+    # the defaults' simpler options, each against --on-defaults: a default stays only if
+    # taking it away costs
+    "adamw": Recipe(("--optimizer", "adamw")),
+    "cosine schedule": Recipe(("--schedule", "cosine")),
+    "embedding lr x1": Recipe(("--embedding-lr-scale", "1")),
+    "tied head": Recipe(overrides={"tie_embeddings": True}),
+    "bert family": Recipe(("--model", "bert-mini")),
 }
 MASKED_ONLY = ("mask 30%", "mask 30%→15%")
+SIMPLER = ("adamw", "cosine schedule", "embedding lr x1", "tied head", "bert family")
 
 
 def lmlab(*args) -> None:
@@ -167,7 +179,8 @@ def train_and_score(recipe: Recipe, objective: str, data: Path, seconds: float, 
 def search(args) -> None:
     data = prepared(args.shared, args.work)
     names = args.candidates if args.candidates is not None else [
-        n for n in CANDIDATES if args.objective == "mlm" or n not in MASKED_ONLY]
+        n for n in CANDIDATES if (n in SIMPLER) == args.on_defaults
+        and (args.objective == "mlm" or n not in (*MASKED_ONLY, "bert family"))]
     baseline = Recipe() if args.on_defaults else BASELINES[args.objective]
     recipes = {"baseline": baseline}
     for name in names:

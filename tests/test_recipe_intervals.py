@@ -56,3 +56,17 @@ def test_rows_are_compare_s_bootstrap_and_holm(intervals, tmp_path):
                                  higher_is_better=False) for n in ("a", "b")]
     assert [r["bpb_change"] for r in rows] == pytest.approx([-d.estimate for d in expected])
     assert [r["holm_p"] for r in rows] == pytest.approx(holm([d.p_value for d in expected]))
+
+
+def test_a_search_scored_two_ways_is_judged_on_each(intervals, tmp_path):
+    """init_recipe.py scores each run on the new text and on the base's own: one row each."""
+    runs = {"baseline": [(2.10, 3.00), (2.12, 3.02), (2.11, 3.01)],
+            "adamw": [(2.00, 3.10), (2.02, 3.12), (2.01, 3.11)]}
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps({"objective": "clm", "scores": {"bpb": "", "base_bpb": ""},
+                                "runs": {name: [{"seed": seed, "bpb": new, "base_bpb": old}
+                                                for seed, (new, old) in enumerate(scores)]
+                                         for name, scores in runs.items()}}))
+    new, old = intervals.judged([path])
+    assert (new["score"], old["score"]) == ("bpb", "base_bpb")
+    assert new["bpb_change"] == pytest.approx(-0.10) and old["bpb_change"] == pytest.approx(0.10)
