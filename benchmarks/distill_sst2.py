@@ -21,9 +21,9 @@ seeded rows carved from the training rows past the first --train-rows select eve
   bag-of-words floor is the teacher's.
 - speed: predictions per second on the test sentences, teacher and students, interleaved in
   one process (3 rounds, the best of each).
-- rtd: `lmlab compare --objectives mlm,rtd` from random weights at the FLOPs masked LM reaches in
-  each of --minutes on this machine (timed with lmlab's own step timing), 3 seeds, SST-2 as
-  the fine-tuning probe on the same splits.
+- rtd: `lmlab compare --objectives mlm,rtd --optimizer adamw` from random weights at the FLOPs
+  masked LM reaches in each of --minutes on this machine (timed with lmlab's own step timing),
+  3 seeds, SST-2 as the fine-tuning probe on the same splits.
 Every part records its wall seconds and CPU-minutes (this process's children, end to end:
 import, fine-tuning, the teacher's labelling, distillation). Writes
 benchmarks/results/distill_sst2.json (or --results), with the CPU model.
@@ -212,10 +212,11 @@ def rtd(args, work: Path, splits) -> dict:
         cost = Cost()
         budget = mlm_flops(minutes, args.rtd_model, 128, 32)
         out = work / f"compare-{minutes:g}min"
+        # AdamW for both: pretrain's default for objectives that only read both ways
         lmlab("compare", "--objectives", "mlm,rtd", "--budget", f"{budget:.3e}", "--fractions",
               "1", "--seeds", 3, "--model", args.rtd_model, "--seq-len", 128, "--batch-size",
-              32, "--data", data, "--probe", f"sst2=classify:{train}:{selection}:{test}",
-              "--out", out)
+              32, "--optimizer", "adamw", "--data", data,
+              "--probe", f"sst2=classify:{train}:{selection}:{test}", "--out", out)
         found[f"{minutes:g}_minutes"] = {
             "budget_flops": budget, "comparison": json.loads((out / "comparison.json")
                                                              .read_text()), **cost.taken()}

@@ -29,9 +29,12 @@ def train_cycle_run(out: Path, objective: str, steps: int, **options) -> Path:
     rng = np.random.default_rng(0)
     documents = [np.array(cycle(int(rng.integers(CYCLE)), 40)) for _ in range(400)]
     dataset = in_memory_dataset(documents[:360], documents[360:], SPECIAL)
+    # Muon for every objective: with it masked LM learned the cycle in 300 steps at each seed
+    # tried (0-2); with AdamW, masked LM's default, at some seeds only.
     settings = dict(objective=objective, model="gpt2-tiny", out=str(out), seq_len=32,
-                    batch_size=16, steps=steps, lr=3e-3, log_every=steps, eval_every=steps,
-                    eval_batches=1, checkpoint_every=steps, model_overrides={"dropout": 0.0})
+                    batch_size=16, steps=steps, lr=3e-3, optimizer="muon", log_every=steps,
+                    eval_every=steps, eval_batches=1, checkpoint_every=steps,
+                    model_overrides={"dropout": 0.0})
     threads = torch.get_num_threads()
     # Matrices this small gain nothing from a second thread, and threads that wait on each
     # other slow down many times over when other processes share the cores.

@@ -14,7 +14,8 @@ from lmlab.objectives.registry import objective_names
 SURFACE = {
     "compare": ["--batch-size", "--budget", "--cluster", "--cpus-per-run", "--data",
                 "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--lr", "--match",
-                "--model", "--objectives", "--out", "--pairs", "--precision", "--probe",
+                "--model", "--objectives", "--optimizer", "--out", "--pairs", "--precision",
+                "--probe",
                 "--probe-epochs", "--probe-lr", "--probe-seeds", "--report-to", "--seeds",
                 "--seq-len", "--workers"],
     "distill": ["--activation-checkpointing", "--batch-size", "--beta2", "--checkpoint-every",

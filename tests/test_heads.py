@@ -75,7 +75,7 @@ def test_a_sequence_head_starts_from_the_next_sentence_pooler_and_others_start_f
 def test_a_new_vocabulary_head_starts_from_the_token_embeddings_and_says_so():
     from lmlab.model.heads import HEADS, make_head, pools
 
-    cfg = preset("modern-tiny", vocab_size=64)  # untied
+    cfg = preset("modernbert-tiny", vocab_size=64)  # untied
     embedding, head = torch.nn.Embedding(64, cfg.d_model), make_head("lm", cfg)
     head.start_from({}, embedding)
     assert torch.equal(head.decoder.weight, embedding.weight)

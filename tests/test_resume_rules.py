@@ -143,3 +143,23 @@ def test_a_run_saved_before_the_embedding_rate_resumes_at_the_rate_it_had(tmp_pa
         pretraining.pretrain(config(tmp_path, resume=True, steps=6), dataset)
     pretraining.pretrain(config(tmp_path, resume=True, steps=6, embedding_lr_scale=1.0), dataset)
     assert train_rows(tmp_path)[-1]["step"] == 6
+
+
+def test_config_json_records_the_optimizer_auto_stood_for(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path / "clm"), dataset)
+    pretraining.pretrain(config(tmp_path / "mlm", objective="mlm", model="bert-tiny"), dataset)
+    assert saved_config(tmp_path / "clm")["train"]["optimizer"] == "muon"
+    assert saved_config(tmp_path / "mlm")["train"]["optimizer"] == "adamw"
+
+
+def test_a_run_saved_when_auto_was_recorded_resumes_with_muon(tmp_path, dataset):
+    pretraining.pretrain(config(tmp_path, objective="mlm", model="bert-tiny",
+                                optimizer="muon"), dataset)
+    path = tmp_path / "run" / "config.json"
+    older = saved_config(tmp_path)
+    older["train"]["optimizer"] = "auto"  # as runs were saved before the resolved name
+    path.write_text(json.dumps(older))
+    pretraining.pretrain(config(tmp_path, objective="mlm", model="bert-tiny", resume=True,
+                                steps=6), dataset)
+    assert saved_config(tmp_path)["train"]["optimizer"] == "muon"
+    assert train_rows(tmp_path)[-1]["step"] == 6

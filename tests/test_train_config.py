@@ -45,3 +45,13 @@ def test_unknown_field_in_a_file_is_named(tmp_path):
     with pytest.raises(ValueError, match="unknown config field 'objectve'; did you mean "
                                          "'objective'"):
         resolve_config(path, {}, TrainConfig)
+
+
+@pytest.mark.parametrize("objective,optimizer", [
+    ("clm", "muon"), ("prefix", "muon"), ("span", "muon"), ("mix:mlm=1,clm=1", "muon"),
+    ("mlm", "adamw"), ("mlm+nsp", "adamw"), ("mntp", "adamw"), ("rtd", "adamw"),
+])
+def test_auto_optimizer_follows_what_the_objective_reads(objective, optimizer):
+    assert TrainConfig(objective=objective).optimizer_name == optimizer
+    # Muon's update runs neither sharded nor under a loss scaler
+    assert TrainConfig(objective=objective, precision="fp16").optimizer_name == "adamw"

@@ -47,8 +47,8 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
     budget.add_argument("--flops", help="training FLOPs, e.g. 1e18")
     budget.add_argument("--tokens", help="training tokens, e.g. 20M")
     parser.add_argument("--family", default="auto", choices=("auto", *FAMILIES),
-                        help="the preset family; auto = bert for objectives that only read "
-                             "bidirectionally, else gpt2 (as pretrain --model auto)")
+                        help="the preset family; auto = modernbert for objectives that only "
+                             "read bidirectionally, else modern (as pretrain --model auto)")
     parser.add_argument("--sizes", help=f"comma-separated preset sizes (default: all, "
                                          f"{','.join(SIZES)})")
     parser.add_argument("--steps-to-time", type=int, default=3,
@@ -95,6 +95,9 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
     parser.add_argument("--batch-size", type=int, default=32, help="rows per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument("--optimizer", default="muon", choices=("adamw", "muon"),
+                        help="the one optimizer every objective trains with (muon does not "
+                             "run with --precision fp16)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="compute precision of pre-training and probes")
 
@@ -142,7 +145,7 @@ def compare_command(args: argparse.Namespace) -> int:
 
     options = {name: getattr(args, name) for name in (
         "data", "match", "fractions", "seeds", "model", "seq_len", "batch_size", "lr",
-        "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
+        "optimizer", "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
         "eval_tokens", "out", "workers", "report_to", "cluster", "cpus_per_run",
         "gpus_per_run")}
     compare(CompareConfig.of(args.objectives, budget=args.budget, **options))

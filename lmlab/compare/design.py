@@ -98,6 +98,9 @@ class CompareConfig:
     seq_len: int = 128
     batch_size: int = 32
     lr: float = 1e-3
+    # one optimizer for every objective, so that only the objective differs (pretrain's auto
+    # would give masked objectives AdamW and the rest Muon)
+    optimizer: str = "muon"
     precision: str = "fp32"
     probes: tuple[Probe, ...] = ()
     probe_seeds: int = 1
@@ -113,7 +116,7 @@ class CompareConfig:
     gpus_per_run: int = 0
 
     def __post_init__(self) -> None:
-        from lmlab.config.training import require_trackers
+        from lmlab.config.training import muon_runs_with, require_trackers
 
         if self.match not in MATCHES:
             raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
@@ -129,6 +132,11 @@ class CompareConfig:
                                  f"{getattr(self, name)}")
         if not self.lr > 0 or not self.probe_epochs > 0 or not (self.probe_lr or 1) > 0:
             raise ValueError("--lr, --probe-lr and --probe-epochs must be positive")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ValueError(f"--optimizer must be adamw or muon; got {self.optimizer!r}")
+        if not muon_runs_with("ddp", self.precision) and self.optimizer == "muon":
+            raise ValueError(f"--optimizer muon does not run with --precision "
+                             f"{self.precision}; use --optimizer adamw")
         if len({label(spec) for spec in self.objectives}) != len(self.objectives):
             raise ValueError(f"objectives {', '.join(self.objectives)} share a directory name")
         for path in self.pairs:

@@ -104,8 +104,8 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
          precision: str = TrainConfig.precision, steps_to_time: int = 3) -> Plan:
     """Size a pre-training run of `objective` for one budget (`minutes`, `flops` or `tokens`)
     on `data` (a prepared dataset; None = the built-in corpus, prepared once). `family` is
-    bert, gpt2, modern or auto (as `lmlab pretrain --model auto` chooses: bert for objectives
-    that only read bidirectionally, else gpt2); `sizes` are preset sizes (default: all). Each
+    a family or auto (as `lmlab pretrain --model auto` chooses: modernbert for objectives
+    that only read bidirectionally, else modern); `sizes` are preset sizes (default: all). Each
     is timed for `steps_to_time` steps after a warm-up one, as far as a small share of the
     budget allows (lmlab.compare.plan_timing)."""
     budget = Budget.read(minutes, flops, tokens)

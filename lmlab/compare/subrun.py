@@ -81,7 +81,8 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
     every = sub.steps or 10**9
     fields = dict(
         objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
-        batch_size=cfg.batch_size, lr=cfg.lr, precision=cfg.precision, seed=sub.seed,
+        batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
+        precision=cfg.precision, seed=sub.seed,
         out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,
         report_to=cfg.report_to,
         resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget)

@@ -101,6 +101,11 @@ class Objective:
                 for head, nothing in leaf.reads_nothing().items()}
 
     @property
+    def reads_only_bidirectionally(self) -> bool:
+        """Every part attends both ways (masked LM, NSP): nothing is read left to right."""
+        return all(leaf.traits.attention == "bidirectional" for leaf in self.leaves())
+
+    @property
     def packing(self) -> str:
         needs = {leaf.traits.packing for leaf in self.leaves()}
         return "sentences" if "sentences" in needs else "any"

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lmlab.config.budget import BUDGETS
+from lmlab.config.training import muon_runs_with
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
 from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
@@ -29,7 +30,8 @@ def resumed_config(out: Path, config: RunConfig,
     saved = _saved(out)
     filled = {name: value for name, value in SAVED_BEFORE.items()
               if saved.train.get(name) is None and config.train.get(name) is not None}
-    saved = replace(saved, train={**saved.train, **filled})
+    saved = replace(saved, train={**saved.train, **filled,
+                                  "optimizer": trained_optimizer(saved.train)})
     asked = dict(config.train)
     if not any(asked.get(name) is not None for name in budgets):
         asked.update({name: saved.train.get(name) for name in budgets})
@@ -49,6 +51,15 @@ def resumed_config(out: Path, config: RunConfig,
         checkpoints = list_checkpoints(out / CHECKPOINTS)
         history = (*history, Resume(checkpoints[-1].name if checkpoints else None, changed))
     return replace(config, train=asked, resumes=history)
+
+
+def trained_optimizer(saved: dict) -> str | None:
+    """The optimizer a saved run trained with. Runs saved before config.json recorded the
+    resolved one hold "auto", which then meant Muon wherever it ran."""
+    if saved.get("optimizer") != "auto":
+        return saved.get("optimizer")
+    ran = muon_runs_with(saved.get("distributed", "ddp"), saved.get("precision", "fp32"))
+    return "muon" if ran else "adamw"
 
 
 def _saved(out: Path) -> RunConfig:

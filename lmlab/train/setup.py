@@ -30,7 +30,7 @@ from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import LoopState, Training, restore_loop_state
 from lmlab.train.optim import make_optimizer
-from lmlab.train.resume import resumed_config
+from lmlab.train.resume import resumed_config, trained_optimizer
 
 
 def begin(seed: int) -> distributed.Env:
@@ -45,26 +45,28 @@ def resolve(cfg: C, env: distributed.Env, out: Path) -> C:
     """The concrete config the run in `out` trains with (LoopConfig.concrete), resolved once:
     --precision and --compile on the run's device (auto: bf16 and compiled on a GPU with bf16
     tensor cores, fp32 and eager on the CPU), said in the run's first lines. A resumed run left
-    at auto keeps the precision it was trained in. TF32 is allowed for fp32 products on CUDA."""
+    at auto keeps the precision and optimizer it was trained with. TF32 is allowed for fp32
+    products on CUDA."""
     facts = device_facts(env.device)
     precision = precision_for(cfg.precision, facts)
-    saved = _saved_precision(out) if cfg.resume and cfg.precision == "auto" else None
-    if saved is not None:
-        precision = Choice(saved, "as the run resumed was trained")
+    saved = _saved_settings(out) if cfg.resume else {}
+    if cfg.precision == "auto" and saved.get("precision") is not None:
+        precision = Choice(saved["precision"], "as the run resumed was trained")
     compiled = compile_for(cfg.compile, facts)
     tf32 = allow_tf32(env.device)
     if env.is_main:
         print(f"precision {precision.value}: {precision.reason}")
         print(f"compile {'on' if compiled.value else 'off'}: {compiled.reason}"
               + ("; TF32 allowed for fp32 products" if tf32 else ""))
-    return cfg.concrete(precision.value, compiled.value)
+    optimizer = trained_optimizer(saved) if cfg.optimizer == "auto" else None
+    return cfg.concrete(precision.value, compiled.value, optimizer)
 
 
-def _saved_precision(out: Path) -> str | None:
+def _saved_settings(out: Path) -> dict:
     try:
-        return read_run_config(out / CONFIG).train.get("precision")
+        return read_run_config(out / CONFIG).train
     except (OSError, RunConfigError):
-        return None  # no run there: resume refuses it in its own words
+        return {}  # no run there: resume refuses it in its own words
 
 
 def micro_batches_per_step(cfg: LoopConfig, env: distributed.Env) -> tuple[int, int]:
