@@ -65,12 +65,12 @@ def _first_line(error: Exception) -> str:
 
 
 Optimizer = Literal["auto", "adamw", "muon"]
-OPTIMIZER_HELP = ("adamw, or muon: Muon for the blocks' weight matrices, AdamW for embeddings, "
-                  "heads, norms and biases, at the same learning rate; auto = muon where it "
-                  "runs (not with --distributed fsdp or --precision fp16), else adamw")
-PRETRAIN_OPTIMIZER_HELP = OPTIMIZER_HELP.replace(
-    "auto = muon where it runs", "auto = adamw for objectives that only read both ways "
-    "(mlm, mlm+nsp, mntp, rtd), else muon where it runs")
+_OPTIMIZERS = ("adamw, or muon: Muon for the blocks' weight matrices, AdamW for embeddings, "
+               "heads, norms and biases, at the same learning rate")
+_WHERE_MUON_RUNS = "muon where it runs (not with --distributed fsdp or --precision fp16)"
+OPTIMIZER_HELP = f"{_OPTIMIZERS}; auto = {_WHERE_MUON_RUNS}, else adamw"
+PRETRAIN_OPTIMIZER_HELP = (f"{_OPTIMIZERS}; auto = adamw for objectives that only read both "
+                           f"ways (mlm, mlm+nsp, mntp, rtd), else {_WHERE_MUON_RUNS}")
 ScheduleName = Literal["cosine", "linear", "constant", "wsd"]
 SCHEDULE_HELP = "learning-rate decay after warm-up (wsd = warmup-stable-decay)"
 
