@@ -79,6 +79,19 @@ def test_a_step_trains_generator_and_discriminator_with_one_shared_embedding():
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
 
 
+@pytest.mark.parametrize("rate", [0.15, 0.3])
+def test_the_discriminator_starts_at_the_share_it_expects_replaced(rate):
+    """Its mean predicted share equals the masking rate at step 0, so its first gradients
+    are about which tokens, not how many (a zero bias let bert-mini's stream collapse)."""
+    objective = build_objective("rtd", SPECIAL, ObjectiveOptions(mlm_rate=rate))
+    cfg = preset("bert-tiny", 64, 16)
+    model = LanguageModel(cfg, heads=objective.build_heads(cfg))
+    _, batch = rtd_batch()
+    with torch.no_grad():
+        scores = objective.outputs(model, batch)["rtd"]
+    assert float(scores.sigmoid().mean()) == pytest.approx(rate, rel=0.1)
+
+
 @pytest.mark.parametrize("size, layers, width, heads", [
     ("width/4", 2, 16, 1), ("width/2", 2, 32, 1), ("depth/2", 1, 64, 2)])
 def test_generator_sizes(size, layers, width, heads):

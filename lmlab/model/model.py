@@ -36,6 +36,8 @@ class LanguageModel(nn.Module):
             if cfg.tie_embeddings or head.reads_inputs:
                 head.tie(self.backbone.token_embedding)
         self.apply(self._init_weights)
+        for head in self.heads.values():
+            head.initialise()
         # GPT-2: scale residual-branch outputs by 1/sqrt(2·layers) so the stream's variance
         # does not grow with depth; or start them at zero, each block the identity at first
         # (modded-nanogpt), its input projections still random so gradients reach them.

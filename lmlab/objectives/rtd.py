@@ -95,7 +95,9 @@ class ReplacedTokenDetection(Objective):
         return "generator"
 
     def head_options(self) -> dict[str, dict]:
-        return {"generator": {"size": self.generator_size, "sharing": self.sharing}, "rtd": {}}
+        # At first the generator guesses almost nothing: about every selected token is replaced.
+        return {"generator": {"size": self.generator_size, "sharing": self.sharing},
+                "rtd": {"prior": self.masked.rate_at(0)}}
 
     def for_run(self, total_steps: int) -> ReplacedTokenDetection:
         fixed = copy.copy(self)
