@@ -210,8 +210,11 @@ def rtd(args, work: Path, splits) -> dict:
     found = {}
     for minutes in args.minutes:
         cost = Cost()
-        budget = mlm_flops(minutes, args.rtd_model, 128, 32)
         out = work / f"compare-{minutes:g}min"
+        # A comparison begun is continued at its budget: the step's pace varies with the load.
+        design = out / "design.json"
+        budget = float(json.loads(design.read_text())["budget"]) if design.is_file() else \
+            mlm_flops(minutes, args.rtd_model, 128, 32)
         # AdamW for both: pretrain's default for objectives that only read both ways
         lmlab("compare", "--objectives", "mlm,rtd", "--budget", f"{budget:.3e}", "--fractions",
               "1", "--seeds", 3, "--model", args.rtd_model, "--seq-len", 128, "--batch-size",
