@@ -6,7 +6,7 @@ standard deviation over 64 SST-2 sentences' tokens, mean over dimensions; 0 = ev
 the same vector), and the discriminator's held-out loss against the entropy of the replaced
 share (the loss of predicting the base rate alone).
 
-    python benchmarks/rtd_start.py [--steps 120] [--seeds 3] [--model bert-mini]
+    python benchmarks/rtd_start.py [--steps 100] [--seeds 3] [--model bert-mini]
 
 Writes benchmarks/results/rtd_start.json.
 """
@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-rtd-start"))
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--model", default="bert-mini")
     args = parser.parse_args()

@@ -13,11 +13,13 @@ from lmlab.objectives.registry import objective_names
 
 SURFACE = {
     "compare": ["--batch-size", "--budget", "--cluster", "--cpus-per-run", "--data",
-                "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--lr", "--match",
-                "--model", "--objectives", "--optimizer", "--out", "--pairs", "--precision",
-                "--probe",
-                "--probe-epochs", "--probe-lr", "--probe-seeds", "--report-to", "--seeds",
-                "--seq-len", "--workers"],
+                "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--lr", "--mask-prob",
+                "--match", "--mlm-rate", "--mlm-rate-start", "--mlm-selection", "--model",
+                "--objectives", "--optimizer", "--out", "--pairs", "--precision", "--prefix-len",
+                "--probe", "--probe-epochs", "--probe-lr", "--probe-seeds", "--random-prob",
+                "--report-to", "--rtd-generator", "--rtd-sharing", "--rtd-weight", "--seeds",
+                "--seq-len", "--span-mean-length", "--span-noise-density", "--whole-word",
+                "--workers"],
     "distill": ["--activation-checkpointing", "--batch-size", "--beta2", "--checkpoint-every",
                 "--class-weights", "--compile", "--config", "--data", "--distributed", "--dropout",
                 "--embedding-lr-scale", "--epochs", "--eval-every", "--grad-clip",

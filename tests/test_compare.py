@@ -16,6 +16,7 @@ from lmlab.cli import main
 from lmlab.compare.analysis import analyse
 from lmlab.compare.design import CompareConfig, Probe, SubRun, label, sub_runs
 from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
+from lmlab.compare.subrun import complete
 from lmlab.config.presets import preset
 from lmlab.data.dataset import open_dataset
 from lmlab.model.flops import objective_flops_per_token
@@ -93,6 +94,35 @@ def test_equal_flops_gives_each_objective_the_steps_its_cost_buys(world, tmp_pat
     assert all(s.seed in (0, 1) for s in subs)
 
 
+def test_objective_options_shape_every_sub_run_and_its_flops(world, tmp_path, monkeypatch):
+    """A wider generator costs rtd more a step, so the same FLOPs buy it fewer; and every
+    sub-run pre-trains with the options given."""
+    dataset = open_dataset(world["data"])
+    budget = f"{1e12!r}"
+    steps = {}
+    for size in ("width/4", "width/2"):
+        cfg = design(world, "mlm,rtd", tmp_path, budget=budget, match="flops",
+                     objective_options={"rtd_generator": size, "mlm_rate": 0.2})
+        steps[size] = {s.objective: s.steps for s in sub_runs(cfg, dataset)}
+    assert steps["width/2"]["rtd"] < steps["width/4"]["rtd"]
+    assert steps["width/2"]["mlm"] == steps["width/4"]["mlm"]
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def pretrain_with_settings(_config, fields):
+        seen.append(fields)
+        raise Stop
+
+    monkeypatch.setattr("lmlab.train.pretrain.pretrain_with_settings", pretrain_with_settings)
+    for sub in sub_runs(cfg, dataset)[::2]:
+        with pytest.raises(Stop):
+            complete(sub, cfg, world["data"])
+    assert [(f["objective"], f["rtd_generator"], f["mlm_rate"]) for f in seen] == \
+        [("mlm", "width/2", 0.2), ("rtd", "width/2", 0.2)]
+
+
 def test_a_sequence_is_owed_the_steps_its_phases_cost_together(world, tmp_path):
     dataset = open_dataset(world["data"])
     model = preset("gpt2-tiny", dataset.special.vocab_size, 32)
@@ -165,6 +195,7 @@ def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
      "probe x: missing.tsv is not a file"),
     (["--objectives", "mlm,clm", "--probe", "nonsense"], "write NAME=TASK:TRAIN:VALIDATION"),
     (["--objectives", "mlm,clm", "--pairs", "missing.jsonl"], "minimal pairs: missing.jsonl"),
+    (["--objectives", "mlm,rtd", "--mlm-rate", "1.5"], "mlm_rate must lie in [0, 1], got 1.5"),
     (["--objectives", "mlm,clm", "--precision", "fp16"],
      "--optimizer muon does not run with --precision fp16; use --optimizer adamw"),
 ])

@@ -15,6 +15,7 @@ from lmlab.config.parsing import field_specs, parse_value
 from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
 from lmlab.finetune.traits import TASKS
+from lmlab.objectives.options import ObjectiveOptions
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")
@@ -100,6 +101,9 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
                              "run with --precision fp16)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                         help="compute precision of pre-training and probes")
+    objective = parser.add_argument_group(
+        "objective options (as pretrain's; each applies to every objective it concerns)")
+    add_config_options(objective, field_specs(ObjectiveOptions))
 
 
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +152,10 @@ def compare_command(args: argparse.Namespace) -> int:
         "optimizer", "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
         "eval_tokens", "out", "workers", "report_to", "cluster", "cpus_per_run",
         "gpus_per_run")}
-    compare(CompareConfig.of(args.objectives, budget=args.budget, **options))
+    objective = {name: parse_value(name, getattr(args, name), ObjectiveOptions)
+                 for name in field_specs(ObjectiveOptions) if getattr(args, name) is not None}
+    compare(CompareConfig.of(args.objectives, budget=args.budget,
+                             objective_options=objective or None, **options))
     return 0
 
 

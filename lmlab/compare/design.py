@@ -12,14 +12,16 @@ its schedule stretched to fit, not an early checkpoint of a longer run.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lmlab.finetune.traits import TASKS
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
     from lmlab.data.dataset import Dataset
+    from lmlab.objectives.options import ObjectiveOptions
 
 Match = Literal["flops", "tokens", "steps", "time"]
 MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
@@ -102,6 +104,9 @@ class CompareConfig:
     # would give masked objectives AdamW and the rest Muon)
     optimizer: str = "muon"
     precision: str = "fp32"
+    # pretrain's objective options (ObjectiveOptions' fields), the same for every objective;
+    # None: their defaults (and a design.json written before they could be given reads alike)
+    objective_options: Mapping[str, Any] | None = None
     probes: tuple[Probe, ...] = ()
     probe_seeds: int = 1
     probe_epochs: float = 3.0
@@ -144,6 +149,7 @@ class CompareConfig:
                 raise ValueError(f"minimal pairs: {path} does not exist")
         if len({probe.name for probe in self.probes}) != len(self.probes):
             raise ValueError("two probes share a name")
+        self.objective_settings  # noqa: B018 — objective options that do not hold fail here too
         self.amount  # noqa: B018 — a budget that does not parse fails here, before any run
         require_trackers(self.report_to)
         self._check_cluster()
@@ -170,6 +176,17 @@ class CompareConfig:
             raise ValueError(f"--batch-size {self.batch_size} does not split evenly over "
                              f"--gpus-per-run {self.gpus_per_run} ranks")
         require_extra("ray", "ray", "--cluster ray")
+
+    @property
+    def objective_settings(self) -> ObjectiveOptions:
+        """The objective options every sub-run pre-trains with."""
+        from lmlab.objectives.options import ObjectiveOptions
+
+        given = dict(self.objective_options or {})
+        unknown = sorted(given.keys() - {f.name for f in fields(ObjectiveOptions)})
+        if unknown:
+            raise ValueError(f"unknown objective options: {', '.join(unknown)}")
+        return ObjectiveOptions(**given)
 
     @property
     def amount(self) -> float:
@@ -256,7 +273,7 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     tokens_per_step = cfg.batch_size * cfg.seq_len
     found = []
     for spec in cfg.objectives:
-        objective = build_objective(spec, dataset.special)
+        objective = build_objective(spec, dataset.special, cfg.objective_settings)
         share = objective.predicted_fraction(cfg.batch_size, cfg.seq_len)
         per_step = (objective_flops_per_token(model, cfg.seq_len, objective, cfg.batch_size)
                     * tokens_per_step)

@@ -85,7 +85,8 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
         precision=cfg.precision, seed=sub.seed,
         out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,
         report_to=cfg.report_to,
-        resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget)
+        resume=interrupted, overwrite=not interrupted and sub.out.exists(), **budget,
+        **(cfg.objective_options or {}))
     if ranks > 1:
         _torchrun(fields, ranks)
     else:
