@@ -6,7 +6,7 @@ weights at equal FLOPs.
     python benchmarks/distill_sst2.py [--only teacher students general controls speed rtd]
         [--shared ../shared/data] [--work /tmp/lmlab-distill] [--train-rows 4000]
         [--layers 2 3] [--seeds 3] [--epochs 3] [--distill-epochs 1] [--minutes 20 5]
-        [--rtd-model bert-mini] [--results FILE] [--redo]
+        [--rtd-model bert-mini] [--rtd-optimizers adamw muon] [--results FILE] [--redo]
 
 Protocol (benchmarks/splits.py): SST-2's 872 dev rows are the test and choose nothing; 872
 seeded rows carved from the training rows past the first --train-rows select every checkpoint.
@@ -21,9 +21,11 @@ seeded rows carved from the training rows past the first --train-rows select eve
   bag-of-words floor is the teacher's.
 - speed: predictions per second on the test sentences, teacher and students, interleaved in
   one process (3 rounds, the best of each).
-- rtd: `lmlab compare --objectives mlm,rtd --optimizer adamw` from random weights at the FLOPs
-  masked LM reaches in each of --minutes on this machine (timed with lmlab's own step timing),
-  3 seeds, SST-2 as the fine-tuning probe on the same splits.
+- rtd: `lmlab compare --objectives mlm,rtd` from random weights at the FLOPs masked LM reaches
+  in each of --minutes on this machine (timed with lmlab's own step timing), 3 seeds, SST-2 as
+  the fine-tuning probe on the same splits, once under each of --rtd-optimizers (AdamW is
+  pretrain's choice for masked LM); then each objective's scores under the second optimizer
+  against the first, paired by seed (the seeds share data order), with Holm's adjustment.
 Every part records its wall seconds and CPU-minutes (this process's children, end to end:
 import, fine-tuning, the teacher's labelling, distillation). Writes
 benchmarks/results/distill_sst2.json (or --results), with the CPU model.
@@ -209,21 +211,52 @@ def rtd(args, work: Path, splits) -> dict:
               "sotu.jsonl", "--vocab-size", 8192, "--out", data)
     found = {}
     for minutes in args.minutes:
-        cost = Cost()
-        out = work / f"compare-{minutes:g}min"
-        # A comparison begun is continued at its budget: the step's pace varies with the load.
-        design = out / "design.json"
-        budget = float(json.loads(design.read_text())["budget"]) if design.is_file() else \
-            mlm_flops(minutes, args.rtd_model, 128, 32)
-        # AdamW for both: pretrain's default for objectives that only read both ways
-        lmlab("compare", "--objectives", "mlm,rtd", "--budget", f"{budget:.3e}", "--fractions",
-              "1", "--seeds", 3, "--model", args.rtd_model, "--seq-len", 128, "--batch-size",
-              32, "--optimizer", "adamw", "--data", data,
-              "--probe", f"sst2=classify:{train}:{selection}:{test}", "--out", out)
-        found[f"{minutes:g}_minutes"] = {
-            "budget_flops": budget, "comparison": json.loads((out / "comparison.json")
-                                                             .read_text()), **cost.taken()}
+        budget, outs, measured = None, {}, {}
+        for optimizer in args.rtd_optimizers:
+            cost = Cost()
+            out = outs[optimizer] = work / f"compare-{minutes:g}min-{optimizer}"
+            # A comparison begun is continued at its budget (the step's pace varies with the
+            # load), and every optimizer gets the first one's.
+            design = out / "design.json"
+            if budget is None:
+                budget = float(json.loads(design.read_text())["budget"]) if design.is_file() \
+                    else mlm_flops(minutes, args.rtd_model, 128, 32)
+            lmlab("compare", "--objectives", "mlm,rtd", "--budget", f"{budget:.3e}",
+                  "--fractions", "1", "--seeds", 3, "--model", args.rtd_model, "--seq-len", 128,
+                  "--batch-size", 32, "--optimizer", optimizer, "--data", data,
+                  "--probe", f"sst2=classify:{train}:{selection}:{test}", "--out", out)
+            measured[optimizer] = {"comparison": json.loads((out / "comparison.json")
+                                                            .read_text()), **cost.taken()}
+        found[f"{minutes:g}_minutes"] = {"budget_flops": budget, **measured,
+                                         "optimizers": optimizer_verdicts(outs)}
     return found
+
+
+def optimizer_verdicts(outs: dict[str, Path]) -> dict:
+    """Per objective, the second optimizer's scores against the first's on every measure, the
+    bootstrap paired by pre-training seed and item, Holm-adjusted across all of them."""
+    import numpy as np
+
+    from lmlab.compare.measures import measure_of
+    from lmlab.compare.stats import holm, paired_bootstrap, verdict
+
+    first, second = outs
+    differences = {}
+    for objective in ("mlm", "rtd"):
+        scores = {name: [np.load(path) for path in sorted(
+            (out / "runs" / objective / "budget-1").glob("seed-*/scores.npz"))]
+            for name, out in outs.items()}
+        for measure in scores[first][0].files:
+            a, b = (np.stack([run[measure] for run in scores[name]]) for name in (second, first))
+            differences[objective, measure] = paired_bootstrap(
+                a, b, higher_is_better=measure_of(measure).higher_is_better)
+    adjusted = holm([d.p_value for d in differences.values()])
+    rows = []
+    for ((objective, measure), difference), p in zip(differences.items(), adjusted, strict=True):
+        said = verdict(measure, difference, p, (second, first))
+        rows.append({"objective": objective, "measure": measure, "text": said.text,
+                     **vars(difference), "adjusted_p": p})
+    return {"a": second, "b": first, "verdicts": rows}
 
 
 SECTIONS = {"teacher": teacher, "students": students, "general": general,
@@ -245,6 +278,8 @@ def main() -> None:
                         help="the first N unlabelled sentences only (default: all)")
     parser.add_argument("--minutes", type=float, nargs="+", default=[20.0, 5.0])
     parser.add_argument("--rtd-model", default="bert-mini")
+    parser.add_argument("--rtd-optimizers", nargs=2, default=["adamw", "muon"],
+                        choices=["adamw", "muon"])
     parser.add_argument("--threads", type=int, default=2, help="for the speed section")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--label", help="what the measurement is, kept in the results file "
