@@ -1,10 +1,11 @@
-"""How replaced-token detection's discriminator starts: its score's bias at the logit of the
-share of tokens it expects replaced (as lmlab starts it) or at zero (every other bias's
-start), each trained for the same steps from random weights on the same corpus and seeds.
-Per run: how much the final hidden states still vary across tokens after each block (the
-standard deviation over 64 SST-2 sentences' tokens, mean over dimensions; 0 = every token
-the same vector), and the discriminator's held-out loss against the entropy of the replaced
-share (the loss of predicting the base rate alone).
+"""How replaced-token detection's discriminator starts, from random weights, for the same steps
+on the same corpus and seeds, in three arms: AdamW with the score's bias at zero (every other
+bias's start), AdamW with it at the logit of the share of tokens expected replaced (as lmlab
+starts it), and Muon with that start. Per run: how much the hidden states still vary across
+tokens after each block (the standard deviation over 64 SST-2 sentences' tokens, mean over
+dimensions; 0 = every token the same vector, which fine-tuning cannot read), and the
+discriminator's held-out loss against the entropy of the replaced share (the loss of
+predicting the base rate alone).
 
     python benchmarks/rtd_start.py [--steps 100] [--seeds 3] [--model bert-mini]
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from record import ROOT, machine, write_results
 
 RESULTS = Path(__file__).parent / "results" / "rtd_start.json"
-STARTS = ("prior", "zero")
+ARMS = (("adamw", "zero"), ("adamw", "prior"), ("muon", "prior"))  # (optimizer, bias start)
 
 
 @contextmanager
@@ -79,11 +80,11 @@ def main() -> None:
     texts = [row.split("\t")[0] for row in rows]
     runs = []
     for seed in range(args.seeds):
-        for start in STARTS:
-            out = args.work / f"{start}-seed{seed}"
+        for optimizer, start in ARMS:
+            out = args.work / f"{optimizer}-{start}-seed{seed}"
             with started(start):
                 code = lmlab(["pretrain", "--objective", "rtd", "--model", args.model,
-                              "--optimizer", "adamw", "--steps", str(args.steps), "--seed",
+                              "--optimizer", optimizer, "--steps", str(args.steps), "--seed",
                               str(seed), "--eval-every", str(args.steps), "--data", str(data),
                               "--out", str(out), "--overwrite"])
             if code:
@@ -93,14 +94,20 @@ def main() -> None:
             weight = json.loads((out / "config.json").read_text())["train"][
                 "objective_options"]["rtd_weight"]
             share = held_out["rtd/replaced_fraction"]
-            runs.append({"start": start, "seed": seed,
+            runs.append({"optimizer": optimizer, "start": start, "seed": seed,
                          "token_spread_per_block": token_spread(out, texts),
                          "discriminator_bce": held_out["rtd/discriminator_loss"] / weight,
                          "base_rate_entropy": entropy(share), "replaced_share": share,
                          "generator_accuracy": held_out["rtd/generator_accuracy"]})
             print(json.dumps(runs[-1]))
-    write_results(RESULTS, {"machine": machine(), "settings": vars(args), "runs": runs},
-                  args.work)
+    arms = {f"{optimizer} {start}": {
+        "last_block_spread": [r["token_spread_per_block"][-1] for r in runs
+                              if (r["optimizer"], r["start"]) == (optimizer, start)],
+        "bce_above_base_rate": [r["discriminator_bce"] - r["base_rate_entropy"] for r in runs
+                                if (r["optimizer"], r["start"]) == (optimizer, start)]}
+        for optimizer, start in ARMS}
+    write_results(RESULTS, {"machine": machine(), "settings": vars(args), "arms": arms,
+                            "runs": runs}, args.work)
 
 
 if __name__ == "__main__":
