@@ -243,10 +243,10 @@ def optimizer_verdicts(outs: dict[str, Path]) -> dict:
     first, second = outs
     differences = {}
     for objective in ("mlm", "rtd"):
-        scores = {name: [np.load(path) for path in sorted(
+        scores = {name: [_scores(path) for path in sorted(
             (out / "runs" / objective / "budget-1").glob("seed-*/scores.npz"))]
             for name, out in outs.items()}
-        for measure in scores[first][0].files:
+        for measure in scores[first][0]:
             a, b = (np.stack([run[measure] for run in scores[name]]) for name in (second, first))
             differences[objective, measure] = paired_bootstrap(
                 a, b, higher_is_better=measure_of(measure).higher_is_better)
@@ -257,6 +257,13 @@ def optimizer_verdicts(outs: dict[str, Path]) -> dict:
         rows.append({"objective": objective, "measure": measure, "text": said.text,
                      **vars(difference), "adjusted_p": p})
     return {"a": second, "b": first, "verdicts": rows}
+
+
+def _scores(path: Path) -> dict:
+    import numpy as np
+
+    with np.load(path) as saved:
+        return dict(saved)
 
 
 SECTIONS = {"teacher": teacher, "students": students, "general": general,
@@ -285,6 +292,8 @@ def main() -> None:
     parser.add_argument("--label", help="what the measurement is, kept in the results file "
                                          "(e.g. a short smoke run on a busy machine)")
     args = parser.parse_args()
+    if len(set(args.rtd_optimizers)) != 2:
+        parser.error("--rtd-optimizers takes two different optimizers")
     args.work.mkdir(parents=True, exist_ok=True)
     splits = sst2_splits(args.shared / "sst2", args.work, args.train_rows)
     results = json.loads(args.results.read_text()) if args.results.is_file() else {}

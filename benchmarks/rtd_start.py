@@ -53,7 +53,7 @@ def token_spread(out: Path, texts: list[str]) -> list[float]:
         block.register_forward_hook(
             lambda _m, _i, output, index=index: seen.setdefault(index, []).append(
                 (output[0] if isinstance(output, tuple) else output).detach().flatten(0, -2)))
-    run.embed(texts)
+    run.embed(texts, batch_size=1)  # one text a batch: no padding among the tokens
     return [round(float(torch.cat(seen[i]).std(0).mean()), 4) for i in sorted(seen)]
 
 

@@ -102,7 +102,8 @@ def test_objective_options_shape_every_sub_run_and_its_flops(world, tmp_path, mo
     steps = {}
     for size in ("width/4", "width/2"):
         cfg = design(world, "mlm,rtd", tmp_path, budget=budget, match="flops",
-                     objective_options={"rtd_generator": size, "mlm_rate": 0.2})
+                     objective_options={"rtd_generator": size, "mlm_rate": 0.2,
+                                        "whole_word": True})
         steps[size] = {s.objective: s.steps for s in sub_runs(cfg, dataset)}
     assert steps["width/2"]["rtd"] < steps["width/4"]["rtd"]
     assert steps["width/2"]["mlm"] == steps["width/4"]["mlm"]

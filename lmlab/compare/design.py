@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -180,12 +180,12 @@ class CompareConfig:
     @property
     def objective_settings(self) -> ObjectiveOptions:
         """The objective options every sub-run pre-trains with."""
+        from lmlab.config.parsing import check_field
         from lmlab.objectives.options import ObjectiveOptions
 
         given = dict(self.objective_options or {})
-        unknown = sorted(given.keys() - {f.name for f in fields(ObjectiveOptions)})
-        if unknown:
-            raise ValueError(f"unknown objective options: {', '.join(unknown)}")
+        for name in given:
+            check_field(name, ObjectiveOptions)
         return ObjectiveOptions(**given)
 
     @property
@@ -273,7 +273,8 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     tokens_per_step = cfg.batch_size * cfg.seq_len
     found = []
     for spec in cfg.objectives:
-        objective = build_objective(spec, dataset.special, cfg.objective_settings)
+        objective = build_objective(spec, dataset.special, cfg.objective_settings,
+                                    dataset.word_starts)
         share = objective.predicted_fraction(cfg.batch_size, cfg.seq_len)
         per_step = (objective_flops_per_token(model, cfg.seq_len, objective, cfg.batch_size)
                     * tokens_per_step)
