@@ -152,14 +152,10 @@ def compare_command(args: argparse.Namespace) -> int:
         "optimizer", "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
         "eval_tokens", "out", "workers", "report_to", "cluster", "cpus_per_run",
         "gpus_per_run")}
-    # Only what differs from the defaults, so that a design given them spelled out is the same
-    # design (and design.json continues a comparison begun without them).
-    defaults = vars(ObjectiveOptions())
-    given = {name: parse_value(name, getattr(args, name), ObjectiveOptions)
-             for name in field_specs(ObjectiveOptions) if getattr(args, name) is not None}
-    objective = {name: value for name, value in given.items() if value != defaults[name]}
-    compare(CompareConfig.of(args.objectives, budget=args.budget,
-                             objective_options=objective or None, **options))
+    objective = {name: parse_value(name, getattr(args, name), ObjectiveOptions)
+                 for name in field_specs(ObjectiveOptions) if getattr(args, name) is not None}
+    compare(CompareConfig.of(args.objectives, budget=args.budget, objective_options=objective,
+                             **options))
     return 0
 
 

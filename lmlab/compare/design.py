@@ -219,6 +219,15 @@ class CompareConfig:
         if isinstance(fractions, str):
             fractions = tuple(_fraction(f) for f in fractions.split(","))
         extra = {"fractions": tuple(fractions)} if fractions is not None else {}
+        # Only what differs from the defaults: a design given them spelled out is the same
+        # design, and continues a comparison begun without them.
+        from lmlab.objectives.options import ObjectiveOptions
+
+        defaults = vars(ObjectiveOptions())
+        changed = {name: value for name, value in (fields.pop("objective_options", None)
+                                                   or {}).items()
+                   if name not in defaults or value != defaults[name]}  # unknown: refused later
+        extra["objective_options"] = changed or None
         return cls(tuple(specs), probes=probes, pairs=tuple(map(str, minimal_pairs)), **extra,
                    **{k: v for k, v in fields.items() if v is not None})
 
