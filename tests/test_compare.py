@@ -107,6 +107,11 @@ def test_objective_options_shape_every_sub_run_and_its_flops(world, tmp_path, mo
         steps[size] = {s.objective: s.steps for s in sub_runs(cfg, dataset)}
     assert steps["width/2"]["rtd"] < steps["width/4"]["rtd"]
     assert steps["width/2"]["mlm"] == steps["width/4"]["mlm"]
+    # the ledger's supervised predictions: the discriminator's targets are at every position,
+    # the masked LM's at the ~20% it masks
+    supervised = {s.objective: s.predictions_per_step / s.tokens_per_step
+                  for s in sub_runs(cfg, dataset)}
+    assert supervised["rtd"] == 1.0 and 0.1 < supervised["mlm"] < 0.3
     seen = []
 
     class Stop(Exception):

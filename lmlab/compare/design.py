@@ -284,7 +284,7 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
     for spec in cfg.objectives:
         objective = build_objective(spec, dataset.special, cfg.objective_settings,
                                     dataset.word_starts)
-        share = objective.predicted_fraction(cfg.batch_size, cfg.seq_len)
+        share = objective.target_fraction(cfg.batch_size, cfg.seq_len)
         per_step = (objective_flops_per_token(model, cfg.seq_len, objective, cfg.batch_size)
                     * tokens_per_step)
         for fraction in sorted(cfg.fractions):

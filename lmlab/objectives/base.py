@@ -141,6 +141,12 @@ class Objective:
         carries one. Each objective counts its own."""
         raise NotImplementedError
 
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        """The expected share of positions that carry a training target (what `compare`
+        reports as supervised predictions): those the vocabulary projection runs at, unless
+        the objective learns elsewhere too."""
+        return self.predicted_fraction(rows, seq_len)
+
     def target_bound(self, rows: int, seq_len: int) -> int | None:
         """At most how many positions a head of a (rows, seq_len) micro-batch reads: what a
         compiled step pads `Positions` to, so that one graph serves every batch. Every

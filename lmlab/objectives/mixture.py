@@ -105,6 +105,9 @@ class Mixture(Objective):
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_rows(rows, lambda o, count: o.predicted_fraction(count, seq_len))
 
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_rows(rows, lambda o, count: o.target_fraction(count, seq_len))
+
     def target_bound(self, rows: int, seq_len: int) -> int | None:
         bounds = [o.target_bound(count, seq_len) for o, count in zip(
             self.objectives, rows_per_objective(rows, self.weights), strict=True)]
@@ -230,6 +233,9 @@ class Alternating(Objective):
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
 
     def target_bound(self, rows: int, seq_len: int) -> int | None:
         return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])

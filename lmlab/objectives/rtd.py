@@ -113,6 +113,10 @@ class ReplacedTokenDetection(Objective):
         is counted with the generator (`companion_models`)."""
         return 0.0
 
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        """The discriminator has a target at every position: original or replaced."""
+        return 1.0
+
     def target_bound(self, rows: int, seq_len: int) -> None:
         """Not padded: its positions also place the generator's samples and count the
         discriminator's targets, which padding would falsify."""

@@ -67,6 +67,9 @@ class Then(Objective):
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
 
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
+
     def target_bound(self, rows: int, seq_len: int) -> int | None:
         return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])
 
