@@ -212,16 +212,15 @@ def rtd(args, work: Path, splits) -> dict:
               "sotu.jsonl", "--vocab-size", 8192, "--out", data)
     found = {}
     for minutes in args.minutes:
-        budget, outs, measured = None, {}, {}
+        outs, measured = {}, {}
+        # A comparison begun, under any optimizer, sets the budget (the step's pace varies with
+        # the load), so that every optimizer's comparison at these minutes has the same one.
+        begun = sorted(work.glob(f"compare-{minutes:g}min-*/design.json"))
+        budget = float(json.loads(begun[0].read_text())["budget"]) if begun \
+            else mlm_flops(minutes, args.rtd_model, 128, 32)
         for optimizer in args.rtd_optimizers:
             cost = Cost()
             out = outs[optimizer] = work / f"compare-{minutes:g}min-{optimizer}"
-            # A comparison begun is continued at its budget (the step's pace varies with the
-            # load), and every optimizer gets the first one's.
-            design = out / "design.json"
-            if budget is None:
-                budget = float(json.loads(design.read_text())["budget"]) if design.is_file() \
-                    else mlm_flops(minutes, args.rtd_model, 128, 32)
             lmlab("compare", "--objectives", "mlm,rtd", "--budget", f"{budget:.3e}",
                   "--fractions", "1", "--seeds", 3, "--model", args.rtd_model, "--seq-len", 128,
                   "--batch-size", 32, "--optimizer", optimizer, "--data", data,

@@ -227,6 +227,31 @@ def test_another_design_in_the_same_directory_is_refused(world, tmp_path, capsys
     assert "holds a comparison with other" in err and "seeds" in err
 
 
+def test_objective_options_at_their_defaults_continue_a_design_begun_without_them(world,
+                                                                                    tmp_path):
+    """However the defaults are given (none, spelled out, an ObjectiveOptions, from Python or
+    the constructor), the design is the one a design.json written without options holds."""
+    from lmlab.compare.lab import _claim
+    from lmlab.objectives.options import ObjectiveOptions
+
+    out = tmp_path / "lab"
+    first = CompareConfig(("mlm", "clm"), budget="10", match="steps", out=str(out))
+    _claim(out, first, "data")
+    before = json.loads((out / "design.json").read_text())
+    before.pop("objective_options")  # as written before options could be given
+    (out / "design.json").write_text(json.dumps(before))
+    for given in ({}, {"mlm_rate": 0.15}, ObjectiveOptions()):
+        again = CompareConfig(("mlm", "clm"), budget="10", match="steps", out=str(out),
+                              objective_options=given)
+        assert again.objective_options is None
+        _claim(out, again, "data")  # the same comparison: continued, not refused
+    changed = CompareConfig(("mlm", "clm"), budget="10", match="steps", out=str(out),
+                            objective_options=ObjectiveOptions(mlm_rate=0.3))
+    assert changed.objective_options == {"mlm_rate": 0.3}
+    with pytest.raises(ValueError, match="other objective_options"):
+        _claim(out, changed, "data")
+
+
 def test_a_probe_reads_its_parts_or_a_finetune_config(tmp_path):
     with pytest.raises(ValueError, match="unknown task 'tag'"):
         Probe.read("x=tag:a:b")

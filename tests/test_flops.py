@@ -39,8 +39,8 @@ def test_the_backbone_and_the_full_projection_by_hand():
 @pytest.mark.parametrize("spec,options,expected", [
     # the masking rate: 0.15 × 384,000 = 57,600
     ("mlm", None, 786_432 + 57_600),  # = 844,032
-    # a schedule from 0.4 to 0.2 counts its rate at the run's end: 0.2 × 384,000 = 76,800
-    ("mlm", ObjectiveOptions(mlm_rate_start=0.4, mlm_rate=0.2), 786_432 + 76_800),
+    # a schedule from 0.4 to 0.2 over the run counts its mean rate: 0.3 × 384,000 = 115,200
+    ("mlm", ObjectiveOptions(mlm_rate_start=0.4, mlm_rate=0.2), 786_432 + 115_200),
     # every position but the block's last: 127/128 × 384,000 = 381,000
     ("clm", None, 786_432 + 381_000),  # = 1,167,432
     # a drawn split averages 64 of 128: targets on the other 64, 192,000
@@ -64,7 +64,7 @@ def test_flops_per_token_by_objective(spec, options, expected):
 
 def test_a_masking_schedule_counts_the_same_once_fixed_to_a_run():
     options = ObjectiveOptions(mlm_rate_start=0.4, mlm_rate=0.2)
-    assert total("mlm", options, total_steps=1000) == pytest.approx(786_432 + 76_800)
+    assert total("mlm", options, total_steps=1000) == pytest.approx(786_432 + 115_200)
 
 
 def test_a_mixture_counts_the_rows_each_part_gets():
@@ -131,3 +131,15 @@ def test_hybrids_count_the_last_block_where_the_model_runs_it():
     # two heads are asked for in every batch: the block runs everywhere
     for spec in ("mix:clm=1,mlm=3", "alternate:clm,mlm@10"):
         assert build_objective(spec, SPECIAL).last_block_fraction(ROWS, T) == 1.0
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("mlm", 0.15), ("clm", 127 / 128),
+    ("mlm+nsp", 0.15 + 1 / 128),  # each row's next-sentence label besides the masked tokens
+    ("rtd", 1.0),  # the discriminator's original-or-replaced at every position
+    ("mix:clm=1,mlm=15", 2 / 32 * 127 / 128 + 30 / 32 * 0.15),
+])
+def test_the_share_with_a_target_is_the_projections_unless_an_objective_learns_elsewhere(
+        spec, expected):
+    objective = build_objective(spec, SPECIAL)
+    assert objective.target_fraction(ROWS, T) == pytest.approx(expected, rel=1e-12)

@@ -104,9 +104,10 @@ class CompareConfig:
     # would give masked objectives AdamW and the rest Muon)
     optimizer: str = "muon"
     precision: str = "fp32"
-    # pretrain's objective options (ObjectiveOptions' fields), the same for every objective;
-    # None: their defaults (and a design.json written before they could be given reads alike)
-    objective_options: Mapping[str, Any] | None = None
+    # pretrain's objective options (ObjectiveOptions' fields, or an ObjectiveOptions), the same
+    # for every objective; kept as those that differ from the defaults, None if none do (and a
+    # design.json written before they could be given reads alike)
+    objective_options: Mapping[str, Any] | ObjectiveOptions | None = None
     probes: tuple[Probe, ...] = ()
     probe_seeds: int = 1
     probe_epochs: float = 3.0
@@ -149,6 +150,7 @@ class CompareConfig:
                 raise ValueError(f"minimal pairs: {path} does not exist")
         if len({probe.name for probe in self.probes}) != len(self.probes):
             raise ValueError("two probes share a name")
+        object.__setattr__(self, "objective_options", _changed_options(self.objective_options))
         self.objective_settings  # noqa: B018 — objective options that do not hold fail here too
         self.amount  # noqa: B018 — a budget that does not parse fails here, before any run
         require_trackers(self.report_to)
@@ -219,17 +221,21 @@ class CompareConfig:
         if isinstance(fractions, str):
             fractions = tuple(_fraction(f) for f in fractions.split(","))
         extra = {"fractions": tuple(fractions)} if fractions is not None else {}
-        # Only what differs from the defaults: a design given them spelled out is the same
-        # design, and continues a comparison begun without them.
-        from lmlab.objectives.options import ObjectiveOptions
-
-        defaults = vars(ObjectiveOptions())
-        changed = {name: value for name, value in (fields.pop("objective_options", None)
-                                                   or {}).items()
-                   if name not in defaults or value != defaults[name]}  # unknown: refused later
-        extra["objective_options"] = changed or None
         return cls(tuple(specs), probes=probes, pairs=tuple(map(str, minimal_pairs)), **extra,
                    **{k: v for k, v in fields.items() if v is not None})
+
+
+def _changed_options(given: Mapping[str, Any] | ObjectiveOptions | None) -> dict | None:
+    """Only the options that differ from their defaults (None if none do): a design given
+    them spelled out is the same design, and continues a comparison begun without them."""
+    from lmlab.objectives.options import ObjectiveOptions
+
+    defaults = vars(ObjectiveOptions())
+    if isinstance(given, ObjectiveOptions):
+        given = vars(given)
+    changed = {name: value for name, value in (given or {}).items()
+               if name not in defaults or value != defaults[name]}  # unknown: refused later
+    return changed or None
 
 
 def _fraction(text: str) -> float:

@@ -94,9 +94,12 @@ class MaskedLM(Objective):
                       needs=("mask", "pad"))
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        """The masking rate, for a schedule its value at the run's end; the few special tokens
-        (never selected) are not discounted."""
-        return self.rate.end if isinstance(self.rate, LinearRate) else self.rate
+        """The masking rate, for a schedule its mean over the schedule (the run's mean where it
+        spans the run, as `--mlm-rate-start` does); the few special tokens (never selected)
+        are not discounted."""
+        if isinstance(self.rate, LinearRate):
+            return (self.rate.start + self.rate.end) / 2
+        return self.rate
 
     def target_bound(self, rows: int, seq_len: int) -> int:
         """The expected count at the highest rate plus 8 standard deviations of a binomial

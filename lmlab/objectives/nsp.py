@@ -88,6 +88,10 @@ class MaskedLMWithNSP(Objective):
         block's 72·d², and is not counted."""
         return self.mlm.predicted_fraction(rows, seq_len)
 
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        """The masked LM's share, and each row's next-sentence label."""
+        return self.mlm.target_fraction(rows, seq_len) + 1 / seq_len
+
     def _pick_b(self, rows: list[list[Tensor]], index: int, split: int,
                 generator: torch.Generator) -> tuple[list[Tensor], int]:
         if len(rows) < 2 or torch.rand(1, generator=generator).item() < 0.5:
