@@ -239,7 +239,7 @@ def optimizer_verdicts(outs: dict[str, Path]) -> dict:
     import numpy as np
 
     from lmlab.compare.measures import measure_of
-    from lmlab.compare.stats import holm, paired_bootstrap, verdict
+    from lmlab.compare.stats import paired_bootstrap, verdicts
 
     first, second = outs
     differences = {}
@@ -249,14 +249,13 @@ def optimizer_verdicts(outs: dict[str, Path]) -> dict:
             for name, out in outs.items()}
         for measure in scores[first][0]:
             a, b = (np.stack([run[measure] for run in scores[name]]) for name in (second, first))
-            differences[objective, measure] = paired_bootstrap(
+            differences[f"{objective} {measure}"] = paired_bootstrap(
                 a, b, higher_is_better=measure_of(measure).higher_is_better)
-    adjusted = holm([d.p_value for d in differences.values()])
     rows = []
-    for ((objective, measure), difference), p in zip(differences.items(), adjusted, strict=True):
-        said = verdict(measure, difference, p, (second, first))
+    for said in verdicts(differences, (second, first)):
+        objective, _, measure = said.measure.partition(" ")
         rows.append({"objective": objective, "measure": measure, "text": said.text,
-                     **vars(difference), "adjusted_p": p})
+                     **vars(said.difference), "adjusted_p": said.adjusted_p})
     return {"a": second, "b": first, "verdicts": rows}
 
 
