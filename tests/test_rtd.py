@@ -7,13 +7,17 @@ import pytest
 import torch
 
 from lmlab.config.presets import preset
+from lmlab.config.training import TrainConfig
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.heads import generator_config
 from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
-from lmlab.objectives.rtd import sample_tokens
+from lmlab.objectives.rtd import NOTHING_LEARNED, base_rate_entropy, sample_tokens
+from lmlab.train.evaluate import ValidationWarnings
+from lmlab.train.pretrain import pretrain
+from tests.synthetic_run import synthetic_dataset
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
 
@@ -112,3 +116,47 @@ def test_flops_count_the_generator(sharing):
 def test_rtd_cannot_share_a_step():
     with pytest.raises(ValueError, match="cannot share steps"):
         build_objective("mix:rtd=1,mlm=1", SPECIAL)
+
+
+def validation(per_token: float, share: float = 0.14) -> dict[str, float]:
+    return {"rtd/discriminator_loss": 50.0 * per_token, "rtd/replaced_fraction": share}
+
+
+def test_base_rate_entropy_is_the_loss_of_always_guessing_the_share():
+    share = torch.tensor([0.14] * 100)
+    labels = (torch.arange(100) < 14).float()
+    guessing = torch.nn.functional.binary_cross_entropy(share, labels)
+    assert base_rate_entropy(0.14) == pytest.approx(float(guessing), rel=1e-6)
+
+
+@pytest.mark.parametrize("ratio, warned", [(1.0, True), (1.01, True),
+                                           (NOTHING_LEARNED + 1e-3, True), (0.994, False),
+                                           (0.5, False)])
+def test_a_discriminator_at_the_base_rate_is_warned_of(ratio, warned):
+    objective = build_objective("rtd", SPECIAL)
+    lines = objective.warnings(validation(ratio * base_rate_entropy(0.14)))
+    assert bool(lines) == warned
+    assert not warned or "learned nothing" in lines[0] and "--optimizer muon" in lines[0]
+
+
+def test_no_warning_without_the_discriminator_metrics():
+    assert build_objective("rtd", SPECIAL).warnings({"mlm/mlm_loss": 3.0}) == []
+    assert build_objective("mlm", SPECIAL).warnings(validation(1.0)) == []
+
+
+def test_each_objective_warns_once_a_run():
+    warnings = ValidationWarnings({"rtd": build_objective("rtd", SPECIAL)})
+    stalled = validation(base_rate_entropy(0.14))
+    assert len(warnings(stalled)) == 1 and warnings(stalled) == []
+
+
+def test_a_run_whose_discriminator_cannot_learn_warns_once_from_half_the_run_on(tmp_path,
+                                                                               capsys):
+    """At a learning rate too small to move it, the discriminator stays at its starting
+    guess: validated at steps 2, 4 and 6, the run warns at step 4 (half the run), once."""
+    cfg = TrainConfig(objective="rtd", model="bert-tiny", out=str(tmp_path / "run"),
+                      seq_len=32, batch_size=8, steps=6, lr=1e-12, eval_every=2,
+                      checkpoint_every=6)
+    pretrain(cfg, synthetic_dataset()[1])
+    printed = capsys.readouterr().out
+    assert printed.count("warning: the discriminator has learned nothing") == 1

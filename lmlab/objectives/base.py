@@ -147,6 +147,12 @@ class Objective:
         the objective learns elsewhere too."""
         return self.predicted_fraction(rows, seq_len)
 
+    def warnings(self, metrics: dict[str, float]) -> list[str]:
+        """What this objective's validation metrics (lmlab.train.evaluate, keyed
+        `{name}/...`) say has gone wrong, one line each; nothing unless the objective knows a
+        failure of its own to look for."""
+        return []
+
     def target_bound(self, rows: int, seq_len: int) -> int | None:
         """At most how many positions a head of a (rows, seq_len) micro-batch reads: what a
         compiled step pads `Positions` to, so that one graph serves every batch. Every

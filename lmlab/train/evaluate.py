@@ -75,6 +75,23 @@ def validate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Te
     return metrics
 
 
+class ValidationWarnings:
+    """The evaluated objectives' warnings about validation metrics (`Objective.warnings`),
+    each objective's said once a run."""
+
+    def __init__(self, objectives: dict[str, Objective]) -> None:
+        self.objectives, self.said = objectives, set()
+
+    def __call__(self, metrics: dict[str, float]) -> list[str]:
+        lines = []
+        for name, objective in self.objectives.items():
+            found = [] if name in self.said else objective.warnings(metrics)
+            if found:
+                self.said.add(name)
+                lines += found
+        return lines
+
+
 def headline_loss(metrics: dict[str, float]) -> float:
     """One number to pick the best checkpoint by: the sum of the evaluated losses."""
     return sum(v for k, v in metrics.items() if k.endswith("_loss"))

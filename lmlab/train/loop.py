@@ -104,6 +104,9 @@ class Training:
     scores: tuple[str, ...] = ()  # validation metrics plotted beside the losses
     deadline: Deadline | None = None  # a time budget: the step count follows the pace
     title: str = ""  # of the curves plot: what was trained
+    # What validation metrics say has gone wrong, read from half the run on (a slow start
+    # has passed by then); none by default.
+    warnings: Callable[[dict[str, float]], list[str]] | None = None
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -295,6 +298,9 @@ def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
             state.best_eval = t.headline(metrics)
             state.best_checkpoint = checkpoint_name(state.step)
         state.evals_since_best = 0 if improved else state.evals_since_best + 1
+        if t.warnings is not None and t.env.is_main and 2 * state.step >= state.total_steps:
+            for line in t.warnings(metrics):
+                print(f"\nwarning: {line}")
         early_stop = cfg.patience is not None and state.evals_since_best >= cfg.patience
         if early_stop and t.env.is_main:
             print(f"\nstopping early at step {state.step}: no better validation in "

@@ -29,7 +29,7 @@ from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.deadline import Deadline, deadline_eval_batches
-from lmlab.train.evaluate import headline_loss, validate
+from lmlab.train.evaluate import ValidationWarnings, headline_loss, validate
 from lmlab.train.loop import LoopState, run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
 from lmlab.train.prefetch import PrefetchedData
@@ -114,6 +114,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
             schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor),
             validate=lambda: validate(model, plan.eval_objectives, eval_blocks,
                                       dataset.bytes_per_token, env, cfg.precision),
+            warnings=ValidationWarnings(plan.eval_objectives),
             headline=headline_loss, deadline=deadline, title=_title(cfg, plan),
             eval_every=cfg.eval_every or EVAL_EVERY_STEPS, checkpoint_every=cfg.checkpoint_every,
             flops_per_token=objective_flops_per_token(model.cfg, cfg.seq_len, objective,
