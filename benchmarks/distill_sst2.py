@@ -26,7 +26,8 @@ seeded rows carved from the training rows past the first --train-rows select eve
   the fine-tuning probe on the same splits, once under each of --rtd-optimizers (AdamW is
   pretrain's choice for masked LM); given two, each objective's scores under the second
   optimizer against the first, paired by seed (the seeds share data order), with Holm's
-  adjustment. Budgets not in --minutes keep what was recorded for them.
+  adjustment; and each RTD seed's final discriminator loss against the entropy of its
+  replaced share. Budgets not in --minutes keep what was recorded for them.
 Every part records its wall seconds and CPU-minutes (this process's children, end to end:
 import, fine-tuning, the teacher's labelling, distillation). Writes
 benchmarks/results/distill_sst2.json (or --results), with the CPU model.
@@ -226,11 +227,32 @@ def rtd(args, work: Path, splits) -> dict:
                   "--batch-size", 32, "--optimizer", optimizer, "--data", data,
                   "--probe", f"sst2=classify:{train}:{selection}:{test}", "--out", out)
             measured[optimizer] = {"comparison": json.loads((out / "comparison.json")
-                                                            .read_text()), **cost.taken()}
+                                                            .read_text()),
+                                   "discriminator": discriminator_ends(out), **cost.taken()}
         found[f"{minutes:g}_minutes"] = {"budget_flops": budget, **measured}
         if len(outs) == 2:
             found[f"{minutes:g}_minutes"]["optimizers"] = optimizer_verdicts(outs)
     return found
+
+
+def discriminator_ends(out: Path) -> list[dict]:
+    """Per RTD seed, the discriminator's held-out loss a token at the end of pre-training
+    against the entropy of its replaced share: 1.0 is a discriminator that learned nothing past
+    how many tokens are replaced (what lmlab's warning reads; lmlab/objectives/rtd.py)."""
+    from lmlab.objectives.rtd import base_rate_entropy
+    from lmlab.runs.metrics import read_metrics
+
+    ends = []
+    for run in sorted((out / "runs" / "rtd" / "budget-1").glob("seed-*")):
+        weight = json.loads((run / "config.json").read_text())["train"]["objective_options"][
+            "rtd_weight"]
+        last = [r for r in read_metrics(run) if r["kind"] == "eval"][-1]
+        loss = last["rtd/discriminator_loss"] / weight
+        entropy = base_rate_entropy(last["rtd/replaced_fraction"])
+        ends.append({"seed": int(run.name.removeprefix("seed-")), "step": last["step"],
+                     "loss_per_token": loss, "base_rate_entropy": entropy,
+                     "of_base_rate": loss / entropy})
+    return ends
 
 
 def optimizer_verdicts(outs: dict[str, Path]) -> dict:

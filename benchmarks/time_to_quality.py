@@ -139,9 +139,9 @@ def bits_per_byte(model, objective_name: str, special, blocks, bytes_per_token) 
 
     from lmlab.objectives.registry import build_objective
     from lmlab.train.distributed import Env
-    from lmlab.train.evaluate import evaluation_objectives, validate
+    from lmlab.train.evaluate import validate
 
-    objectives = evaluation_objectives(build_objective(objective_name, special))
+    objectives = build_objective(objective_name, special).evaluated_leaves()
     metrics = validate(model, objectives, blocks, bytes_per_token,
                        Env(0, 1, 0, torch.device("cpu")))
     (bpb,) = [v for k, v in metrics.items() if k.endswith("_bpb")]

@@ -145,6 +145,27 @@ def test_a_sequence_is_owed_the_steps_its_phases_cost_together(world, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sub_run_whose_objective_warned_is_named_with_its_warning(world, tmp_path):
+    """Read from each sub-run's last validation as its training read it: an RTD seed whose
+    discriminator sat at the entropy of its replaced share is named; the other seed, and
+    masked LM (which has no such failure to look for), are not."""
+    from lmlab.compare.lab import run_warnings
+    from lmlab.objectives.rtd import base_rate_entropy
+
+    cfg = design(world, "mlm,rtd", tmp_path / "lab", model="bert-tiny")
+    dataset = open_dataset(world["data"])
+    subs = sub_runs(cfg, dataset)
+    learned = {0: 1.0, 1: 0.9}  # of the base rate's entropy, per seed
+    for sub in subs:
+        sub.out.mkdir(parents=True)
+        last = {"kind": "eval", "step": sub.steps, "mlm/mlm_loss": 5.0,
+                "rtd/discriminator_loss": 50 * learned[sub.seed] * base_rate_entropy(0.14),
+                "rtd/replaced_fraction": 0.14}
+        (sub.out / "metrics.jsonl").write_text(json.dumps(last) + "\n")
+    (line,) = run_warnings(cfg, subs, dataset)
+    assert line.startswith("rtd budget 1 seed 0: the discriminator has learned nothing")
+
+
 def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
     out = tmp_path / "lab"
     # lr 2e-3: at 1e-3 these 40-step runs of modern-tiny (its head tied) learned too little
@@ -171,6 +192,7 @@ def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
     assert (pseudo_measure("pseudo"), "mlm", "clm") not in said
     record = json.loads((out / "comparison.json").read_text())
     assert len(record["ledger"]) == 3 * 2 and {e["steps"] for e in record["ledger"]} == {40}
+    assert record["run_warnings"] == []
     assert record["data"]["sha256"] and record["code"]["sha256"]
     page = (out / "report.html").read_text()
     assert "data:image/png;base64," in page and "http" not in page.replace(

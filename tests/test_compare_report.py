@@ -108,11 +108,13 @@ def test_objectives_with_no_common_measure_are_said_to_share_none(tmp_path, figu
     assert "--probe NAME=TASK:TRAIN:VALIDATION" in line and "--pairs" in line
     out = tmp_path / "report"
     out.mkdir()
-    record = write_report(cfg, analysis, tmp_path / "mlm", out)
+    warned = "mlm budget 1 seed 0: something <went> wrong"
+    record = write_report(cfg, analysis, tmp_path / "mlm", out, warnings=[warned])
     assert record["no_common_measure"] == [line] and record["verdicts"] == []
-    assert record["machine"]["cpu"]
+    assert record["machine"]["cpu"] and record["run_warnings"] == [warned]
     page = (out / "report.html").read_text()
     assert "share no measure" in page and "<th>verdict</th>" not in page
+    assert "Runs that warned" in page and "something &lt;went&gt; wrong" in page
     assert "differences.png" not in figure_of and "curves.png" in figure_of
 
 

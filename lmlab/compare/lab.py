@@ -25,7 +25,7 @@ from lmlab.compare.design import CompareConfig, SubRun, sub_runs
 from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
-from lmlab.compare.subrun import complete, finished
+from lmlab.compare.subrun import complete, finished, read_warnings
 from lmlab.data.dataset import open_or_prepare
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
@@ -55,10 +55,13 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
         floors = probe_floors(cfg.probes)  # before training: a probe file that fails, fails now
         _run_all(left, cfg, data, progress)
     analysis = analyse(cfg, subs)
-    record = write_report(cfg, analysis, Path(data), out, floors)
+    warnings = run_warnings(cfg, subs, dataset)
+    record = write_report(cfg, analysis, Path(data), out, floors, warnings)
     print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
     for line in analysis.verdict_lines:
         print(f"  {line}")
+    for line in warnings:
+        print(f"  warning: {line}")
     full = max(cfg.fractions)
     for line in floors.below({(r.measure, r.objective): r.mean for r in analysis.rows
                               if r.fraction == full}):
@@ -69,6 +72,20 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
         print(f"  {measure}: {floor['value']:.4f} on {floor['split']}")
     print(f"report: {out / REPORT}")
     return Comparison(out, analysis, record)
+
+
+def run_warnings(cfg: CompareConfig, subs: list[SubRun], dataset) -> list[str]:
+    """Each sub-run's warnings from its last validation, named by run: a seed that failed
+    (an RTD discriminator that learned nothing) pulls its objective's mean down with it."""
+    from lmlab.objectives.registry import build_objective
+
+    found = []
+    for spec in cfg.objectives:
+        objectives = build_objective(spec, dataset.special, cfg.objective_settings,
+                                     dataset.word_starts).evaluated_leaves()
+        found += [f"{spec} budget {sub.fraction:g} seed {sub.seed}: {line}" for sub in subs
+                  if sub.objective == spec for line in read_warnings(sub, objectives)]
+    return found
 
 
 def status_line(subs: list[SubRun], left: list[SubRun]) -> str:

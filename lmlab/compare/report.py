@@ -53,13 +53,16 @@ def provenance(data: Path) -> dict:
 
 
 def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path,
-                 floors: Floors | None = None) -> dict:
+                 floors: Floors | None = None, warnings: list[str] = ()) -> dict:
+    """comparison.json, the plots and the page; `warnings`: the sub-runs' own, one line
+    each, naming the run."""
     floors = floors or Floors()
     record = {"config": _config_dict(cfg), **provenance(data),
               "ledger": analysis.ledger, "table": [asdict(r) for r in analysis.rows],
               "verdicts": [v.to_dict() for v in analysis.verdicts],
               "crossovers": [asdict(c) for c in analysis.crossovers],
-              "no_common_measure": analysis.apart, **floors.to_dict()}
+              "no_common_measure": analysis.apart, "run_warnings": list(warnings),
+              **floors.to_dict()}
     if cfg.pairs:
         record["phenomena"] = _phenomena(cfg, analysis)
     write_text_atomic(out / RECORD, json.dumps(record, indent=2))
@@ -70,7 +73,8 @@ def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path,
         plot_phenomena(record["phenomena"], out / "phenomena.png")
     if cfg.probes:
         plot_probes(cfg, analysis, out / "probes.png", floors.values())
-    write_text_atomic(out / REPORT, _page(cfg, analysis, out, record["machine"]["cpu"], floors))
+    write_text_atomic(out / REPORT, _page(cfg, analysis, out, record["machine"]["cpu"], floors,
+                                          warnings))
     return record
 
 
@@ -142,7 +146,7 @@ def _floors(cfg: CompareConfig, analysis: Analysis, floors: Floors) -> str:
 
 
 def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
-          floors: Floors | None = None) -> str:
+          floors: Floors | None = None, warnings: list[str] = ()) -> str:
     full = max(cfg.fractions)
     scores = _table(["measure", "objective", "budget", "FLOPs", "mean", "sd over seeds"],
                     [[r.measure, r.objective, f"{r.fraction:g}", f"{r.flops:.3g}",
@@ -157,6 +161,8 @@ def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
         f"{c.flops:.3g} FLOPs, {html.escape(c.b if c.before == c.a else c.a)} above</li>"
         for c in analysis.crossovers) or "<li>none between the budgets run</li>"
     pictures = "".join(_inline(out / name) for name in PNGS)
+    warned = ("<h2>Runs that warned</h2><ul>" + "".join(
+        f"<li>{html.escape(line)}</li>" for line in warnings) + "</ul>") if warnings else ""
     title = f"{' vs '.join(cfg.objectives)}: {cfg.model}, equal {cfg.match}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -174,6 +180,7 @@ a paired hierarchical bootstrap over pre-training seeds, fine-tuning seeds and t
 intervals, Holm-adjusted across every measure and pair. No side is named where the interval
 covers zero. Seconds in the ledger are this machine's; its CPU: {html.escape(cpu)}.</p>
 <h2>Verdicts</h2>{_verdicts(analysis)}
+{warned}
 <h2>Where one overtakes another</h2><ul>{crossings}</ul>
 {_floors(cfg, analysis, floors or Floors())}
 <h2>Plots</h2>{pictures}

@@ -51,6 +51,16 @@ def read_ledger(sub: SubRun) -> dict:
             "predictions": steps * sub.predictions_per_step, "seconds": spent["seconds"]}
 
 
+def read_warnings(sub: SubRun, objectives: dict) -> list[str]:
+    """What the sub-run's evaluated objectives (`Objective.evaluated_leaves`) warn of in its
+    last validation, as its training did (`Objective.warnings`)."""
+    from lmlab.runs.metrics import read_metrics
+
+    evals = [record for record in read_metrics(sub.out) if record["kind"] == "eval"]
+    return [line for objective in objectives.values()
+            for line in objective.warnings(evals[-1])] if evals else []
+
+
 def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None:
     """Pre-train `sub` unless that is done, in `ranks` processes (more than one: a torchrun job
     on this machine, one per GPU), then score it."""

@@ -87,6 +87,13 @@ class Objective:
         """The plain objectives this one is made of (itself when it is plain)."""
         return [self]
 
+    def evaluated_leaves(self) -> dict[str, Objective]:
+        """The plain objectives in this one by name, each as validation scores it."""
+        found: dict[str, Objective] = {}
+        for leaf in self.leaves():
+            found.setdefault(leaf.name, leaf.for_evaluation())
+        return found
+
     @property
     def heads(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(h for leaf in self.leaves() for h in leaf.traits.heads))

@@ -20,14 +20,6 @@ from lmlab.train.distributed import Env, all_reduce_sum
 EVAL_SEED = 20240607
 
 
-def evaluation_objectives(objective: Objective) -> dict[str, Objective]:
-    """The plain objectives inside `objective`, each as it is scored in validation."""
-    found: dict[str, Objective] = {}
-    for leaf in objective.leaves():
-        found.setdefault(leaf.name, leaf.for_evaluation())
-    return found
-
-
 def _correct_predictions(objective: Objective, outputs: dict[str, Tensor], batch) -> Tensor:
     head = objective.heads[0]
     targets = targets_at(batch.targets, batch.predict_at[head])

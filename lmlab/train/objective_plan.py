@@ -13,7 +13,6 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.objectives.base import Objective
 from lmlab.objectives.documents import block_pad_id, blocks_pad_with
-from lmlab.train.evaluate import evaluation_objectives
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ def plan_objective(objective: Objective, cfg: TrainConfig,
     layout = _packing(objective, cfg.packing)
     preset = f"{auto_family(objective)}-mini" if cfg.model == "auto" else cfg.model
     return ObjectivePlan(preset, layout, _pad_id(special, layout), tuple(objective.heads),
-                         evaluation_objectives(objective))
+                         objective.evaluated_leaves())
 
 
 def _packing(objective: Objective, asked: str) -> str:
