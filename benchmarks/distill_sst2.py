@@ -241,11 +241,11 @@ def discriminator_ends(out: Path) -> list[dict]:
     how many tokens are replaced (what lmlab's warning reads; lmlab/objectives/rtd.py)."""
     from lmlab.objectives.rtd import base_rate_entropy
     from lmlab.runs.metrics import read_metrics
+    from lmlab.runs.schema import read_run_config
 
     ends = []
     for run in sorted((out / "runs" / "rtd" / "budget-1").glob("seed-*")):
-        weight = json.loads((run / "config.json").read_text())["train"]["objective_options"][
-            "rtd_weight"]
+        weight = read_run_config(run / "config.json").objective_options().rtd_weight
         last = [r for r in read_metrics(run) if r["kind"] == "eval"][-1]
         loss = last["rtd/discriminator_loss"] / weight
         entropy = base_rate_entropy(last["rtd/replaced_fraction"])

@@ -144,9 +144,8 @@ def test_a_sequence_is_owed_the_steps_its_phases_cost_together(world, tmp_path):
     assert steps["clm"] == 200 < steps["then:clm,mlm@0.75"]
 
 
-@pytest.mark.slow
 def test_a_sub_run_whose_objective_warned_is_named_with_its_warning(world, tmp_path):
-    """Read from each sub-run's last validation as its training read it: an RTD seed whose
+    """Read from each sub-run's last validation by its objective: an RTD seed whose
     discriminator sat at the entropy of its replaced share is named; the other seed, and
     masked LM (which has no such failure to look for), are not."""
     from lmlab.compare.lab import run_warnings
@@ -166,6 +165,7 @@ def test_a_sub_run_whose_objective_warned_is_named_with_its_warning(world, tmp_p
     assert line.startswith("rtd budget 1 seed 0: the discriminator has learned nothing")
 
 
+@pytest.mark.slow
 def test_the_lab_finds_the_known_answer_and_resumes(world, tmp_path, capsys):
     out = tmp_path / "lab"
     # lr 2e-3: at 1e-3 these 40-step runs of modern-tiny (its head tied) learned too little

@@ -150,13 +150,19 @@ def test_each_objective_warns_once_a_run():
     assert len(warnings(stalled)) == 1 and warnings(stalled) == []
 
 
-def test_a_run_whose_discriminator_cannot_learn_warns_once_from_half_the_run_on(tmp_path,
-                                                                               capsys):
+def test_a_run_whose_discriminator_cannot_learn_warns_once_from_half_the_run_on(
+        tmp_path, capsys, monkeypatch):
     """At a learning rate too small to move it, the discriminator stays at its starting
-    guess: validated at steps 2, 4 and 6, the run warns at step 4 (half the run), once."""
+    guess: validated at steps 2, 4 and 6, the run reads the warnings at steps 4 and 6 (from
+    half the run on) and warns once."""
+    read = []
+    said = ValidationWarnings.__call__
+    monkeypatch.setattr(ValidationWarnings, "__call__",
+                        lambda self, metrics: read.append(metrics) or said(self, metrics))
     cfg = TrainConfig(objective="rtd", model="bert-tiny", out=str(tmp_path / "run"),
                       seq_len=32, batch_size=8, steps=6, lr=1e-12, eval_every=2,
                       checkpoint_every=6)
     pretrain(cfg, synthetic_dataset()[1])
     printed = capsys.readouterr().out
+    assert len(read) == 2
     assert printed.count("warning: the discriminator has learned nothing") == 1

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def provenance(data: Path) -> dict:
 
 
 def write_report(cfg: CompareConfig, analysis: Analysis, data: Path, out: Path,
-                 floors: Floors | None = None, warnings: list[str] = ()) -> dict:
+                 floors: Floors | None = None, warnings: Sequence[str] = ()) -> dict:
     """comparison.json, the plots and the page; `warnings`: the sub-runs' own, one line
     each, naming the run."""
     floors = floors or Floors()
@@ -146,7 +147,7 @@ def _floors(cfg: CompareConfig, analysis: Analysis, floors: Floors) -> str:
 
 
 def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
-          floors: Floors | None = None, warnings: list[str] = ()) -> str:
+          floors: Floors | None = None, warnings: Sequence[str] = ()) -> str:
     full = max(cfg.fractions)
     scores = _table(["measure", "objective", "budget", "FLOPs", "mean", "sd over seeds"],
                     [[r.measure, r.objective, f"{r.fraction:g}", f"{r.flops:.3g}",

@@ -53,7 +53,7 @@ def read_ledger(sub: SubRun) -> dict:
 
 def read_warnings(sub: SubRun, objectives: dict) -> list[str]:
     """What the sub-run's evaluated objectives (`Objective.evaluated_leaves`) warn of in its
-    last validation, as its training did (`Objective.warnings`)."""
+    last validation (`Objective.warnings`): a sub-run validates once, at its end."""
     from lmlab.runs.metrics import read_metrics
 
     evals = [record for record in read_metrics(sub.out) if record["kind"] == "eval"]

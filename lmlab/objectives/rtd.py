@@ -145,8 +145,8 @@ class ReplacedTokenDetection(Objective):
             return []
         return [f"the discriminator has learned nothing past the replaced share: its held-out "
                 f"loss, {per_token:.3f} nats a token, is that of always guessing {share:.3f} "
-                f"replaced ({entropy:.3f}), so its encoder is little better than its start; "
-                f"try --optimizer muon or another --seed"]
+                f"replaced ({entropy:.3f}), so fine-tuning will find little in it; under AdamW, "
+                f"consider --optimizer muon, or a longer run"]
 
     def target_bound(self, rows: int, seq_len: int) -> None:
         """Not padded: its positions also place the generator's samples and count the

@@ -69,7 +69,7 @@ def validate(model: nn.Module, objectives: dict[str, Objective], blocks: list[Te
 
 class ValidationWarnings:
     """The evaluated objectives' warnings about validation metrics (`Objective.warnings`),
-    each objective's said once a run."""
+    each objective's said once (a resumed run may say it again)."""
 
     def __init__(self, objectives: dict[str, Objective]) -> None:
         self.objectives, self.said = objectives, set()
