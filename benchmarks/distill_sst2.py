@@ -29,7 +29,9 @@ seeded rows carved from the training rows past the first --train-rows select eve
   adjustment; and each RTD seed's final discriminator loss against the entropy of its
   replaced share. Budgets not in --minutes keep what was recorded for them.
 Every part records its wall seconds and CPU-minutes (this process's children, end to end:
-import, fine-tuning, the teacher's labelling, distillation). Writes
+import, fine-tuning, the teacher's labelling, distillation); rtd's, as `this_invocation`, are
+those of the invocation that wrote them, which resumes a comparison begun by others: each
+sub-run's pre-training seconds are in the comparison's ledger. Writes
 benchmarks/results/distill_sst2.json (or --results), with the CPU model.
 """
 
@@ -228,7 +230,8 @@ def rtd(args, work: Path, splits) -> dict:
                   "--probe", f"sst2=classify:{train}:{selection}:{test}", "--out", out)
             measured[optimizer] = {"comparison": json.loads((out / "comparison.json")
                                                             .read_text()),
-                                   "discriminator": discriminator_ends(out), **cost.taken()}
+                                   "discriminator": discriminator_ends(out),
+                                   "this_invocation": cost.taken()}
         found[f"{minutes:g}_minutes"] = {"budget_flops": budget, **measured}
         if len(outs) == 2:
             found[f"{minutes:g}_minutes"]["optimizers"] = optimizer_verdicts(outs)

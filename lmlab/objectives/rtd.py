@@ -34,8 +34,9 @@ def sample_tokens(logits: Tensor, uniform: Tensor) -> Tensor:
 
 # A discriminator whose held-out loss is at least this share of the entropy of its replaced
 # share has learned nothing past that share. Of the bert-mini runs behind the rtd comparisons
-# of benchmarks/results/distill_sst2.json, those whose SST-2 fell to the majority class ended
-# at 1.000 of it (their metrics.jsonl), those that learned, however little, at 0.994 or below.
+# of benchmarks/results/distill_sst2.json (`discriminator`, per budget and optimizer), those
+# whose SST-2 fell to the majority class ended at 1.000 of it, those that learned, however
+# little, at 0.994 or below.
 NOTHING_LEARNED = 0.998
 
 
