@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lmlab.cli import main
-from lmlab.commands.pretrain_summary import summary, unigram_loss
+from lmlab.commands.pretrain_summary import _loss_lines, summary, unigram_loss
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation import prepare
@@ -112,6 +112,20 @@ def test_a_time_budget_validates_often_and_ends_with_what_was_learned(tmp_path):
     assert "validation loss (masked tokens)" in lines
     assert f"a model of token frequencies alone: {baseline:.2f} nats" in lines
     assert "lmlab pretrain --objective mlm" in lines
+
+
+def test_the_run_sets_only_token_losses_beside_the_frequency_model(tmp_path):
+    """An RTD run's discriminator loss (λ × BCE) is no vocabulary cross-entropy: it gets no
+    perplexity, and the generator's loss is the one held against token frequencies."""
+    special = SpecialTokens.layout(64)
+    documents = [np.arange(10, 50) for _ in range(10)]
+    dataset = in_memory_dataset(documents[:8], documents[8:], special)
+    record = {"kind": "eval", "step": 10, "rtd/generator_loss": 3.0, "rtd/generator_ppl": 20.1,
+              "rtd/discriminator_loss": 20.05, "rtd/replaced_fraction": 0.14}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    lines = _loss_lines(tmp_path, dataset)
+    assert len(lines) == 2 and "generator" in lines[0] and "discriminator" not in "".join(lines)
+    assert lines[1].endswith("below it: the model uses the context")
 
 
 @pytest.fixture(scope="module")

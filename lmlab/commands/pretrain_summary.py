@@ -49,8 +49,11 @@ def unigram_loss(dataset: Dataset) -> float:
 
 def _loss_lines(out: Path, dataset: Dataset) -> list[str]:
     evals = [r for r in read_metrics(out) if r.get("kind") == "eval"]
-    losses = {key: value for key, value in (evals[-1] if evals else {}).items()
-              if key.endswith("_loss") and not key.endswith("nsp_loss")}
+    last = evals[-1] if evals else {}
+    # Token predictions only, those validation gives a perplexity: a sentence label's or a
+    # discriminator's loss is no cross-entropy over the vocabulary to set beside frequencies.
+    losses = {key: value for key, value in last.items()
+              if key.endswith("_loss") and f"{key.removesuffix('_loss')}_ppl" in last}
     if not losses:
         return []
     baseline = unigram_loss(dataset)
