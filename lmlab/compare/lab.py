@@ -26,7 +26,7 @@ from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
 from lmlab.compare.subrun import complete, finished, read_warnings
-from lmlab.data.dataset import open_or_prepare
+from lmlab.data.dataset import Dataset, open_or_prepare
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
 FREE_FIELDS = ("workers", "out", "report_to", "cluster", "cpus_per_run", "gpus_per_run")
@@ -74,7 +74,7 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     return Comparison(out, analysis, record)
 
 
-def run_warnings(cfg: CompareConfig, subs: list[SubRun], dataset) -> list[str]:
+def run_warnings(cfg: CompareConfig, subs: list[SubRun], dataset: Dataset) -> list[str]:
     """Each sub-run's warnings from its last validation, named by run: a seed that failed
     (an RTD discriminator that learned nothing) pulls its objective's mean down with it."""
     from lmlab.objectives.registry import build_objective

@@ -25,6 +25,7 @@ from lmlab.compare.measures import (
     probe_measure,
     text_scores,
 )
+from lmlab.objectives.base import Objective
 from lmlab.runs.checkpoints import PREFIX, list_checkpoints
 
 SCORES = "scores.npz"
@@ -51,7 +52,7 @@ def read_ledger(sub: SubRun) -> dict:
             "predictions": steps * sub.predictions_per_step, "seconds": spent["seconds"]}
 
 
-def read_warnings(sub: SubRun, objectives: dict) -> list[str]:
+def read_warnings(sub: SubRun, objectives: dict[str, Objective]) -> list[str]:
     """What the sub-run's evaluated objectives (`Objective.evaluated_leaves`) warn of in its
     last validation (`Objective.warnings`): a sub-run validates once, at its end."""
     from lmlab.runs.metrics import read_metrics
