@@ -242,7 +242,7 @@ def discriminator_ends(out: Path) -> list[dict]:
     """Per RTD seed, the discriminator's held-out loss a token at the end of pre-training
     against the entropy of its replaced share: 1.0 is a discriminator that learned nothing past
     how many tokens are replaced (what lmlab's warning reads; lmlab/objectives/rtd.py)."""
-    from lmlab.objectives.rtd import base_rate_entropy
+    from lmlab.objectives.rtd import of_base_rate
     from lmlab.runs.metrics import read_metrics
     from lmlab.runs.schema import read_run_config
 
@@ -250,11 +250,9 @@ def discriminator_ends(out: Path) -> list[dict]:
     for run in sorted((out / "runs" / "rtd" / "budget-1").glob("seed-*")):
         weight = read_run_config(run / "config.json").objective_options().rtd_weight
         last = [r for r in read_metrics(run) if r["kind"] == "eval"][-1]
-        loss = last["rtd/discriminator_loss"] / weight
-        entropy = base_rate_entropy(last["rtd/replaced_fraction"])
         ends.append({"seed": int(run.name.removeprefix("seed-")), "step": last["step"],
-                     "loss_per_token": loss, "base_rate_entropy": entropy,
-                     "of_base_rate": loss / entropy})
+                     "replaced_fraction": last["rtd/replaced_fraction"],
+                     "of_base_rate": of_base_rate(last, weight)})
     return ends
 
 

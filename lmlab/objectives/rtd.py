@@ -46,6 +46,17 @@ def base_rate_entropy(share: float) -> float:
     return -(share * math.log(share) + (1 - share) * math.log(1 - share))
 
 
+def of_base_rate(metrics: dict[str, float], weight: float, name: str = "rtd") -> float | None:
+    """The discriminator's held-out loss a token (`{name}/discriminator_loss` / λ `weight`)
+    over the entropy of its replaced share (`{name}/replaced_fraction`): 1.0 is a
+    discriminator that learned nothing past that share; None without those metrics."""
+    loss = metrics.get(f"{name}/discriminator_loss")
+    share = metrics.get(f"{name}/replaced_fraction")
+    if loss is None or share is None or not 0 < share < 1:
+        return None
+    return loss / weight / base_rate_entropy(share)
+
+
 def replaced_labels(original: Tensor, corrupted: Tensor) -> Tensor:
     """1.0 where the discriminator's input differs from the original text: a sample that
     happens to equal the original token counts as original (ELECTRA)."""
@@ -137,17 +148,14 @@ class ReplacedTokenDetection(Objective):
     def warnings(self, metrics: dict[str, float]) -> list[str]:
         """A discriminator that has learned nothing past the replaced share: its held-out
         loss (λ × BCE a token) at that share's entropy."""
-        loss = metrics.get(f"{self.name}/discriminator_loss")
-        share = metrics.get(f"{self.name}/replaced_fraction")
-        if loss is None or share is None or not 0 < share < 1:
+        ratio = of_base_rate(metrics, self.weight, self.name)
+        if ratio is None or ratio < NOTHING_LEARNED:
             return []
-        per_token, entropy = loss / self.weight, base_rate_entropy(share)
-        if per_token < NOTHING_LEARNED * entropy:
-            return []
+        share = metrics[f"{self.name}/replaced_fraction"]
         return [f"the discriminator has learned nothing past the replaced share: its held-out "
-                f"loss, {per_token:.3f} nats a token, is that of always guessing {share:.3f} "
-                f"replaced ({entropy:.3f}), so fine-tuning will find little in it; under AdamW, "
-                f"consider --optimizer muon, or a longer run"]
+                f"loss is {ratio:.3f} of that of always guessing {share:.3f} replaced, so "
+                f"fine-tuning will find little in it; under AdamW, consider --optimizer muon, "
+                f"or a longer run"]
 
     def target_bound(self, rows: int, seq_len: int) -> None:
         """Not padded: its positions also place the generator's samples and count the
