@@ -3,8 +3,10 @@ one process, interleaved, and `lmlab pretrain` at its defaults. Writes OUT_DIR/g
 
 Rows (each the median of --repeats interleaved timings of --steps steps, after --warmup):
 
-    gpt2-small clm bf16 eager      lmlab, nanoGPT (its own model.py) and GPT2LMHeadModel
-    gpt2-small clm bf16 compiled   the same three, each under torch.compile
+    gpt2-small clm bf16 eager      lmlab, nanoGPT (its own model.py) and GPT2LMHeadModel, and
+                                   lmlab with the whole logits' loss (compiled steps' loss on
+                                   CUDA) in place of the chunked loss eager steps take
+    gpt2-small clm bf16 compiled   lmlab, nanoGPT and GPT2LMHeadModel, each under torch.compile
     bert-base mlm bf16 compiled    lmlab and BertForMaskedLM (masking collator), compiled
     lmlab pretrain defaults        `lmlab pretrain --objective clm --model gpt2-base --seq-len
                                    1024 --batch-size 16` and nothing else, stopped after
@@ -16,8 +18,10 @@ device (no host copy or sync inside a timed step), with bf16 autocast over fp32 
 AdamW. nanoGPT is read from the model.py at $NANOGPT (the file or its folder); without it its
 baseline is left out with a note. The file also holds one optimizer step of Muon against fused
 AdamW for GPT-2 small (benchmarks/gpu_optim.py), and for lmlab's compiled steps the graph
-breaks and graphs compiled after the first step (torch._dynamo's counters) and the top 10
-kernels of its compiled GPT-2 step (torch.profiler).
+breaks and graphs compiled after the first step (torch._dynamo's counters). Each row holds,
+for every contender, its device time per step by kind of work (products, attention, compiled
+element-wise code, optimizer, copies; benchmarks/gpu_profile.py), and lmlab's top 10 kernels:
+where lmlab's step differs from a baseline's, read side by side.
 
     bash benchmarks/gpu_check.sh OUT_DIR            # on the GPU: well under 8 minutes on an H100
     python benchmarks/gpu_check.py OUT_DIR --device cpu --tiny   # the same path in seconds
@@ -39,6 +43,7 @@ from pathlib import Path
 import torch
 from gpu_optim import optimizer_steps
 from gpu_pretrain import pretrain_defaults
+from gpu_profile import step_profile
 from record import machine, write_results
 from train_speed import SHAPES, Shape, hf_inputs, hf_model, lmlab_parts, nanogpt_model
 
@@ -55,12 +60,15 @@ class Row:
     objective: str
     shape: str  # a key of train_speed.SHAPES
     compiled: bool
+    # lmlab's loss with the whole logits and a plain cross-entropy as a second lmlab contender,
+    # where the default takes the chunked one: whether it should be the default there too
+    whole_logits_variant: bool = False
 
 
-ROWS = (Row("gpt2-small clm bf16 eager", "clm", "gpt2-124m", False),
+WHOLE_LOGITS = "lmlab whole logits"
+ROWS = (Row("gpt2-small clm bf16 eager", "clm", "gpt2-124m", False, whole_logits_variant=True),
         Row("gpt2-small clm bf16 compiled", "clm", "gpt2-124m", True),
         Row("bert-base mlm bf16 compiled", "mlm", "bert-base", True))
-PROFILED = "gpt2-small clm bf16 compiled"
 BATCHES = 4  # distinct batches each contender cycles through (MLM's masked count varies)
 
 
@@ -91,14 +99,15 @@ def training_step(loss_of: Callable, batches: list, optimizer, device) -> Callab
     return step
 
 
-def lmlab_contender(row: Row, shape: Shape, tokens: list, device) -> tuple[Contender, tuple]:
-    parts = lmlab_parts(row.objective, row.compiled, shape, device)
+def lmlab_contender(row: Row, shape: Shape, tokens: list, device, name: str = "lmlab",
+                    one_graph: bool | None = None) -> tuple[Contender, tuple]:
+    parts = lmlab_parts(row.objective, row.compiled, shape, device, one_graph)
     _, objective = parts.counted
     generator = torch.Generator().manual_seed(1)
     batches = [objective.make_batch(t[:, :-1], generator).to(device) for t in tokens]
     step = training_step(lambda batch: parts.compute_loss(batch).mean(), batches,
                          parts.optimizer, device)
-    return Contender("lmlab", step), parts.counted
+    return Contender(name, step), parts.counted
 
 
 def hf_contender(row: Row, shape: Shape, tokens: list, device) -> Contender:
@@ -162,10 +171,13 @@ def ms_per_step(contender: Contender, steps: int, device) -> float:
 
 
 def contenders(row: Row, shape: Shape, device, notes: list[str]):
-    """(lmlab's contender, its (model config, objective), the baselines) of `row`."""
+    """(lmlab's contender, its (model config, objective), those it is timed against) of `row`:
+    the baselines, and lmlab's whole-logits variant where the row asks for it."""
     tokens = token_batches(shape)
     lmlab, counted = lmlab_contender(row, shape, tokens, device)
     baselines = [hf_contender(row, shape, tokens, device)]
+    if row.whole_logits_variant:
+        baselines.append(lmlab_contender(row, shape, tokens, device, WHOLE_LOGITS, True)[0])
     if row.objective == "clm":
         if nanogpt_file() is None:
             notes.append(f"{row.name}: no nanoGPT baseline (NANOGPT names no model.py)")
@@ -193,32 +205,15 @@ def measure_row(row: Row, shape: Shape, args, device, peak: float, notes: list[s
               "vs_nanogpt": median["nanogpt"] / median["lmlab"] if "nanogpt" in median else None,
               "vs_hf": median["hf"] / median["lmlab"], "repeats": args.repeats,
               "ms_per_step_each": times, "seq_len": shape.seq, "batch_size": shape.batch}
+    if WHOLE_LOGITS in median:  # > 1: the whole-logits loss makes lmlab's step faster
+        result["whole_logits_vs_default"] = median["lmlab"] / median[WHOLE_LOGITS]
     if row.compiled:
         result["compile"] = counts
-    if row.name == PROFILED:
-        result["top_kernels"] = top_kernels(lmlab, device)
+    profiles = {c.name: step_profile(c.step, device) for c in (lmlab, *baselines)}
+    result["ms_per_step_by_kind"] = {name: p["ms_per_step_by_kind"]
+                                     for name, p in profiles.items()}
+    result["top_kernels"] = profiles["lmlab"]["top_kernels"]
     return result
-
-
-def top_kernels(contender: Contender, device, steps: int = 3, count: int = 10) -> list[dict]:
-    """The `count` kernels (on a CPU: operators) with the most time of their own in `steps`
-    steps, each with its time per step and share of the total."""
-    from torch.profiler import ProfilerActivity, profile
-
-    on_gpu = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as profiler:
-        for _ in range(steps):
-            contender.step()
-        synchronize(device)
-    events = list(profiler.key_averages())
-    key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    if on_gpu:  # the kernels themselves, not the operators that launched them
-        events = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA] or events
-    total = sum(getattr(e, key) for e in events) or 1.0
-    ranked = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:count]
-    return [{"name": e.key[:200], "ms_per_step": getattr(e, key) / 1000 / steps,
-             "share": getattr(e, key) / total} for e in ranked]
 
 
 def device_facts(device: torch.device) -> tuple[str, float]:
@@ -270,7 +265,7 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     shape = TINY if args.tiny else SHAPES["gpt2-124m"]
-    results["optimizer"] = optimizer_steps(shape, device, args.steps, args.repeats)
+    results["optimizer"] = optimizer_steps(shape, device, args.steps, args.repeats, peak)
     print(f"[{time.perf_counter() - started:5.0f} s] optimizer " + json.dumps(
         {k: v for k, v in results["optimizer"].items() if k != "ms_per_step_each"}), flush=True)
     results["rows"].append(pretrain_defaults(args.tiny, args.pretrain_seconds, device,
@@ -283,8 +278,14 @@ def main() -> None:
 
 def report(row: dict, started: float) -> None:
     print(f"[{time.perf_counter() - started:5.0f} s] " + json.dumps(
-        {k: v for k, v in row.items() if k not in ("top_kernels", "ms_per_step_each")}),
-        flush=True)
+        {k: v for k, v in row.items()
+         if k not in ("top_kernels", "ms_per_step_each", "ms_per_step_by_kind")}), flush=True)
+    by_kind = row.get("ms_per_step_by_kind", {})
+    for baseline, theirs in by_kind.items():
+        if baseline != "lmlab":
+            print(f"        lmlab - {baseline}, ms a step: " + ", ".join(
+                f"{kind} {by_kind['lmlab'].get(kind, 0.0) - theirs.get(kind, 0.0):+.2f}"
+                for kind in sorted(set(by_kind["lmlab"]) | set(theirs))), flush=True)
 
 
 if __name__ == "__main__":

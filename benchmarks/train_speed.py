@@ -86,7 +86,7 @@ class LmlabParts(NamedTuple):
 
 
 def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape,
-                device: torch.device) -> LmlabParts:
+                device: torch.device, one_graph: bool | None = None) -> LmlabParts:
     from lmlab import LanguageModel, SpecialTokens
     from lmlab.objectives.registry import build_objective
     from lmlab.train.optim import make_optimizer
@@ -97,7 +97,7 @@ def lmlab_parts(objective_name: str, compile_model: bool, shape: Shape,
     objective = build_objective(objective_name, special)
     model = LanguageModel(cfg, heads=objective.heads).to(device)
     optimizer = make_optimizer(model, 1e-4)
-    compute_loss = forward_loss(model, objective, compile_model)
+    compute_loss = forward_loss(model, objective, compile_model, one_graph)
     generator = torch.Generator().manual_seed(0)
     first_ordinary = max(special.all_ids) + 1
 

@@ -1,7 +1,7 @@
 """benchmarks/gpu_check.sh, the one prepared GPU check, run end to end in its tiny CPU mode: it
 writes gpu_check.json with the rows the check names, each a median of interleaved repeats,
-lmlab's compile counts and top kernels, Muon's optimizer step against AdamW's, and `lmlab
-pretrain` at its defaults."""
+lmlab's compile counts and top kernels, every contender's time by kind of work, Muon's optimizer
+step against AdamW's with its Newton-Schulz floor, and `lmlab pretrain` at its defaults."""
 
 import json
 import os
@@ -31,21 +31,31 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     for row in timed:
         assert row["repeats"] == 3 and row["ms_per_step"] > 0 and 0 < row["mfu"] < 1
         assert row["vs_hf"] > 0 and row["vs_nanogpt"] is None
-        assert [len(v) for v in row["ms_per_step_each"].values()] == [3, 3]
+        assert all(len(v) == 3 for v in row["ms_per_step_each"].values())
         assert row["tokens_per_s"] == pytest.approx(
             row["batch_size"] * row["seq_len"] / row["ms_per_step"] * 1000)
+    whole = timed[0]["ms_per_step_each"]["lmlab whole logits"]
+    assert timed[0]["whole_logits_vs_default"] == pytest.approx(
+        timed[0]["ms_per_step"] / sorted(whole)[1])
     for row in timed[1:]:
         assert set(row["compile"]) == {"graphs_first_step", "graph_breaks",
                                        "recompiles_after_first_step"}
         assert row["compile"]["graphs_first_step"] >= 1
-    kernels = timed[1]["top_kernels"]
-    assert len(kernels) == 10 and all(k["ms_per_step"] >= 0 for k in kernels)
-    assert sum(k["share"] for k in kernels) <= 1 + 1e-6
+    for row in timed:
+        kernels = row["top_kernels"]
+        assert len(kernels) == 10 and all(k["ms_per_step"] >= 0 for k in kernels)
+        assert sum(k["share"] for k in kernels) <= 1 + 1e-6
+        by_kind = row["ms_per_step_by_kind"]
+        assert set(by_kind) == set(row["ms_per_step_each"])
+        assert set(by_kind) == ({"lmlab", "hf", "lmlab whole logits"} if row is timed[0]
+                                else {"lmlab", "hf"})
+        assert all(kinds["products"] > 0 for kinds in by_kind.values())
     assert any("nanoGPT" in note for note in results["notes"])
     optimizer = results["optimizer"]
     assert optimizer["adamw_ms"] > 0 and optimizer["muon_ms"] > 0
     assert optimizer["muon_vs_adamw"] == pytest.approx(optimizer["muon_ms"] /
                                                        optimizer["adamw_ms"])
+    assert optimizer["newton_schulz_tflop"] > 0 and optimizer["newton_schulz_ms_at_peak"] > 0
     pretrain = results["rows"][3]
     assert pretrain["tokens_per_s"] > 0 and pretrain["log_lines"] >= 1
     assert pretrain["output_head"]
