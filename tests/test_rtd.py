@@ -17,6 +17,7 @@ from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import NOTHING_LEARNED, base_rate_entropy, sample_tokens
 from lmlab.train.evaluate import ValidationWarnings
 from lmlab.train.pretrain import pretrain
+from lmlab.train.step import forward_loss
 from tests.synthetic_run import synthetic_dataset
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
@@ -65,6 +66,40 @@ def test_loss_is_generator_mean_plus_lambda_times_bce_mean():
     assert float(loss.mean()) == pytest.approx(expected, rel=1e-5)
     replaced, tokens = loss.details["replaced_fraction"]
     assert int(tokens) == len(real) and float(replaced) == outputs["replaced"].sum()
+
+
+def test_padded_positions_change_neither_loss_nor_gradients():
+    """A compiled step pads the generator's positions to masked LM's bound and the
+    discriminator's (every real token; a row here ends in padding) to every position: the
+    padding entries place no sample, score no token and count as none."""
+    objective = build_objective("rtd", SPECIAL)
+    generator = torch.Generator().manual_seed(0)
+    ordinary = SPECIAL.ordinary_ids()
+    tokens = ordinary[torch.randint(len(ordinary), (4, 32), generator=generator)]
+    tokens[0, -6:] = SPECIAL.pad
+    batch = objective.make_batch(tokens, generator)
+    bound = objective.target_bound(4, 32)
+    padded = batch.with_positions_padded(bound)
+    assert padded.predict_at["generator"].flat.numel() == bound
+    assert int((padded.predict_at["rtd"].flat < 0).sum()) == 6
+    assert objective.target_counts(padded)["discriminator"] == 4 * 32 - 6
+    torch.manual_seed(0)
+    model = LanguageModel(preset("bert-tiny", 64, 32, dropout=0.0), heads=objective.heads)
+    compute_loss = forward_loss(model, objective, compile_model=False)
+    results = []
+    for form in (batch, padded):
+        model.zero_grad(set_to_none=True)
+        loss = compute_loss(form)
+        loss.mean().backward()
+        results.append((loss.mean().detach(), loss.details["replaced_fraction"],
+                        {n: p.grad.clone() for n, p in model.named_parameters()
+                         if p.grad is not None}))
+    (loss, replaced, gradients), (padded_loss, padded_replaced, padded_gradients) = results
+    torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.stack(padded_replaced), torch.stack(replaced).float())
+    assert padded_gradients.keys() == gradients.keys()
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(padded_gradients[name], gradient, rtol=1e-4, atol=1e-6)
 
 
 def test_a_step_trains_generator_and_discriminator_with_one_shared_embedding():

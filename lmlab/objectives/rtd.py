@@ -157,10 +157,11 @@ class ReplacedTokenDetection(Objective):
                 f"fine-tuning will find little in it; under AdamW, consider --optimizer muon, "
                 f"or a longer run"]
 
-    def target_bound(self, rows: int, seq_len: int) -> None:
-        """Not padded: its positions also place the generator's samples and count the
-        discriminator's targets, which padding would falsify."""
-        return None
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        """Masked LM's: the generator's positions pad to it; the discriminator's, every real
+        token, hold more and so pad to every position. Padding entries place no sample
+        (`outputs`) and count as no target (`loss`)."""
+        return self.masked.target_bound(rows, seq_len)
 
     def companion_models(self, cfg: ModelConfig, rows: int,
                          seq_len: int) -> list[tuple[ModelConfig, float]]:
@@ -189,7 +190,7 @@ class ReplacedTokenDetection(Objective):
         logits = model(**{**inputs, "predict_at": {"generator": at}})["generator"]
         original = batch.extras["original"]
         sampled = sample_tokens(logits.detach(), at.read(batch.extras["draw"]))
-        corrupted = original.flatten().index_put((at.flat,), sampled).view_as(original)
+        corrupted = placed(original, at, sampled)
         scores = model(**{**inputs, "input_ids": corrupted,
                           "predict_at": {"rtd": batch.predict_at["rtd"]}})["rtd"]
         return {"generator": logits, "rtd": scores.squeeze(-1),
@@ -197,18 +198,28 @@ class ReplacedTokenDetection(Objective):
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         return {"generator": (batch.targets != IGNORE_INDEX).sum(),
-                "discriminator": torch.tensor(batch.predict_at["rtd"].flat.numel())}
+                "discriminator": (batch.predict_at["rtd"].flat >= 0).sum()}
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         at = batch.predict_at["generator"]
         generator_sum, masked_count = token_loss_sum(outputs["generator"], batch.targets, at)
-        labels = targets_at(outputs["replaced"], batch.predict_at["rtd"])  # (N,)
-        bce = F.binary_cross_entropy_with_logits(outputs["rtd"].float(), labels,
+        scored = (batch.predict_at["rtd"].flat >= 0).float()  # (N,) 0 at padding entries
+        labels = targets_at(outputs["replaced"], batch.predict_at["rtd"]) * scored  # (N,)
+        bce = F.binary_cross_entropy_with_logits(outputs["rtd"].float(), labels, weight=scored,
                                                  reduction="sum")
         targets = targets_at(batch.targets, at)
         correct = (outputs["generator"].argmax(-1) == targets).sum()
-        tokens = torch.tensor(labels.numel(), device=labels.device)
+        tokens = scored.sum()
         return LossSum({"generator": (generator_sum, masked_count),
                         "discriminator": (self.weight * bce, tokens)},
                        details={"replaced_fraction": (labels.sum(), tokens),
                                 "generator_accuracy": (correct, masked_count)})
+
+
+def placed(original: Tensor, at: Positions, sampled: Tensor) -> Tensor:
+    """(B, T) `original` with `sampled` (N,) in place at `at`. Padding entries (-1) write to
+    one slot past the text, dropped after: they replace nothing."""
+    flat = original.flatten()
+    spill = flat.numel()
+    index = torch.where(at.flat >= 0, at.flat, spill)
+    return torch.cat([flat, flat[:1]]).index_put((index,), sampled)[:spill].view_as(original)
