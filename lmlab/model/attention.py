@@ -64,10 +64,11 @@ class SelfAttention(nn.Module):
         """(B, T, d) → (B, T, d); with `keep` (flat positions) → (N, d) at those positions
         only, after attention, which reads every position's keys and values."""
         batch, length, _ = x.shape
-        # The heads of q, k and v side by side. Split, they are views strided exactly as a
-        # permute of a (3, H) layout would give, so ungrouped attention pays nothing for this.
+        # The heads of q, k and v side by side, split before the heads move ahead of T into
+        # (B, heads, T, d) views: split after, backward would copy the joined gradients once
+        # more to undo the move (one copy a layer, seen in the compiled backward graph).
         heads = self.qkv(x).view(batch, length, sum(self.head_counts), self.head_dim)
-        q, k, v = heads.transpose(1, 2).split(self.head_counts, dim=1)  # each (B, heads, T, d)
+        q, k, v = (part.transpose(1, 2) for part in heads.split(self.head_counts, dim=2))
         if self.qk_norms is not None:
             q, k = self.qk_norms[0](q), self.qk_norms[1](k)
         if rotary is not None:
