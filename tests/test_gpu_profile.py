@@ -3,9 +3,6 @@ under Muon's step (benchmarks/gpu_optim.py): kernels of the H100 check sort into
 work they do, annotation ranges are not counted twice, the kinds add up to the profiled time,
 and the Newton-Schulz FLOP count is what torch's FLOP counter counts."""
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,25 +10,14 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lmlab.train.optim import orthogonalised
+from tests.benchmark_module import load_benchmark
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 CUDA, CPU = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-
-
-def load(name: str):
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
 
 
 @pytest.fixture(scope="module")
 def profile():
-    return load("gpu_profile")
+    return load_benchmark("gpu_profile")
 
 
 # Kernel names as the H100 check recorded them (benchmarks/results/gpu_check_h100.json).
@@ -94,7 +80,7 @@ def test_a_steps_kinds_add_up_to_its_profiled_time(profile):
 
 
 def test_the_newton_schulz_floor_counts_what_torch_counts():
-    optim = load("gpu_optim")
+    optim = load_benchmark("gpu_optim")
     stacks = [torch.randn(3, 48, 160), torch.randn(2, 96, 32)]  # wide and tall
     with FlopCounterMode(display=False) as counter:
         for stack in stacks:

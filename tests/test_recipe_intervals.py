@@ -3,30 +3,19 @@ change better than its baseline in every seed by far more than the seeds' spread
 interval that excludes zero, a change within the seeds' noise does not, and Holm's adjustment
 runs across the changes of one search."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lmlab.compare.stats import holm, paired_bootstrap
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_module import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def intervals():
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling record.py
-    try:
-        spec = importlib.util.spec_from_file_location("recipe_intervals",
-                                                      BENCHMARKS / "recipe_intervals.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("recipe_intervals")
 
 
 def search_file(tmp_path, runs: dict[str, list[float]]) -> Path:
