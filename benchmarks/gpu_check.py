@@ -20,8 +20,8 @@ baseline is left out with a note. The file also holds one optimizer step of Muon
 AdamW for GPT-2 small (benchmarks/gpu_optim.py), and for lmlab's compiled steps the graph
 breaks and graphs compiled after the first step (torch._dynamo's counters). Each row holds,
 for every contender, its device time per step by kind of work (products, attention, compiled
-element-wise code, optimizer, copies; benchmarks/gpu_profile.py), and lmlab's top 10 kernels:
-where lmlab's step differs from a baseline's, read side by side.
+element-wise code, optimizer, copies and casts; benchmarks/gpu_profile.py), and lmlab's top
+10 kernels: where lmlab's step differs from a baseline's, read side by side.
 
     bash benchmarks/gpu_check.sh OUT_DIR            # on the GPU: well under 8 minutes on an H100
     python benchmarks/gpu_check.py OUT_DIR --device cpu --tiny   # the same path in seconds
@@ -48,6 +48,7 @@ from record import machine, write_results
 from train_speed import SHAPES, Shape, hf_inputs, hf_model, lmlab_parts, nanogpt_model
 
 from lmlab.kernels.compile_counts import compile_counts, reset_compile_counts
+from lmlab.kernels.linear_cross_entropy import whole_logits_fit
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.train.flops import device_peak_flops
 
@@ -178,6 +179,9 @@ def contenders(row: Row, shape: Shape, device, notes: list[str]):
     baselines = [hf_contender(row, shape, tokens, device)]
     if row.whole_logits_variant:
         baselines.append(lmlab_contender(row, shape, tokens, device, WHOLE_LOGITS, True)[0])
+        if not whole_logits_fit(shape.batch * shape.seq, shape.vocab, device):
+            notes.append(f"{row.name}: {WHOLE_LOGITS} ran chunked (the logits would take over "
+                         "half the free memory)")
     if row.objective == "clm":
         if nanogpt_file() is None:
             notes.append(f"{row.name}: no nanoGPT baseline (NANOGPT names no model.py)")
@@ -210,6 +214,8 @@ def measure_row(row: Row, shape: Shape, args, device, peak: float, notes: list[s
     if row.compiled:
         result["compile"] = counts
     profiles = {c.name: step_profile(c.step, device) for c in (lmlab, *baselines)}
+    if not profiles["lmlab"]["top_kernels"]:
+        notes.append(f"{row.name}: the profiler recorded no kernels (is CUPTI available?)")
     result["ms_per_step_by_kind"] = {name: p["ms_per_step_by_kind"]
                                      for name, p in profiles.items()}
     result["top_kernels"] = profiles["lmlab"]["top_kernels"]

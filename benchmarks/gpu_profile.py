@@ -10,14 +10,18 @@ from collections.abc import Callable
 
 import torch
 
-# (kind, fragments of kernel or operator names), tried in this order: attention kernels carry
-# matmul-like names (sm90, wgmma), and an optimizer's kernels are element-wise.
-KINDS = (("attention", ("flash", "fmha", "sdpa", "scaled_dot_product", "attention")),
+# (kind, fragments of kernel or operator names), tried in this order. Inductor's generated
+# element-wise and reduction kernels come first: their names list the operations fused into
+# them, attention's among them when they lay out q, k and v. Its templates (`triton_tem`) are
+# products unless they are FlexAttention's; attention kernels come before products, since
+# theirs may carry `cutlass`, `xmma` or `gemm` too. "copies and casts" holds dtype casts and
+# fills as well as memory copies.
+KINDS = (("compiled element-wise", ("triton_poi", "triton_red", "triton_per", "cpp_fused")),
+         ("attention", ("flash", "fmha", "sdpa", "scaled_dot_product", "attention")),
          ("optimizer", ("multi_tensor_apply", "adam", "muon", "optimizer")),
-         ("products", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm",
-                       "aten::bmm", "aten::baddbmm", "aten::linear", "mkldnn")),
-         ("compiled element-wise", ("triton", "cpp_fused")),
-         ("copies", ("memcpy", "memset", "copy", "fill")))
+         ("products", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "triton_tem", "aten::mm",
+                       "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "mkldnn")),
+         ("copies and casts", ("memcpy", "memset", "copy", "fill")))
 OTHER = "other"
 
 

@@ -29,7 +29,12 @@ def profile():
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
      "FusedOptimizerTensorListMetadata<4>, at::native::FusedAdamMathFunctor<float,",
      "optimizer"),
-    ("Memcpy HtoD (Pageable -> Device)", "copies"),
+    ("Memcpy HtoD (Pageable -> Device)", "copies and casts"),
+    ("triton_poi_fused__scaled_dot_product_efficient_attention__to_copy_add_cos_mul_0",
+     "compiled element-wise"),
+    ("triton_tem_fused_addmm_0", "products"),
+    ("triton_tem_fused_flex_attention_0", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
     ("aten::addmm", "products"),
     ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl", "other"),

@@ -1,13 +1,13 @@
 """benchmarks/graph_ops.py counts the operations of a compiled step's forward and backward graphs
 (what it compares with nanoGPT's). On a GPT-2 step through the fused attention kernel, the
-backward graph copies nothing: the gradients of q, k and v join in the layout the projection
-gave them (split after moving the heads ahead of T, each layer's backward copied them once
+backward graph makes no clone: the gradients of q, k and v join in the layout the projection
+gave them (split after moving the heads ahead of T, each layer's backward cloned them once
 more)."""
 
 from tests.benchmark_module import load_benchmark
 
 
-def test_the_compiled_backward_copies_nothing():
+def test_the_compiled_backward_makes_no_clone():
     graph_ops = load_benchmark("graph_ops")
     shape = graph_ops.Shape("tiny", 512, 512, 1)  # past plain attention's CPU lengths: SDPA
     forward, backward = graph_ops.lmlab_graphs(shape)

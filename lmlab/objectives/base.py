@@ -160,11 +160,10 @@ class Objective:
         failure of its own to look for."""
         return []
 
-    def target_bound(self, rows: int, seq_len: int) -> int | None:
+    def target_bound(self, rows: int, seq_len: int) -> int:
         """At most how many positions a head of a (rows, seq_len) micro-batch reads: what a
         compiled step pads `Positions` to, so that one graph serves every batch. Every
-        position, unless the objective knows better; None where padding cannot be read
-        (positions used beyond a head's reading)."""
+        position, unless the objective knows better."""
         return rows * seq_len
 
     # Whether its batches name their target positions in `predict_at`, so that the head, and

@@ -108,10 +108,9 @@ class Mixture(Objective):
     def target_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_rows(rows, lambda o, count: o.target_fraction(count, seq_len))
 
-    def target_bound(self, rows: int, seq_len: int) -> int | None:
-        bounds = [o.target_bound(count, seq_len) for o, count in zip(
-            self.objectives, rows_per_objective(rows, self.weights), strict=True)]
-        return None if None in bounds else sum(bounds)
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        return sum(o.target_bound(count, seq_len) for o, count in zip(
+            self.objectives, rows_per_objective(rows, self.weights), strict=True))
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """With one head (GPT-BERT's clm + mntp), the parts' positions reach it as one set,
@@ -195,12 +194,6 @@ def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) ->
     return result
 
 
-def largest_bound(bounds: list[int | None]) -> int | None:
-    """A composite's padding, whichever of its parts trains: the largest of theirs, or none
-    if a part is not padded."""
-    return None if None in bounds else max(bounds)
-
-
 def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
     """The steps each of `parts` objectives trains in a run of `total_steps` that switches
     every `every_steps`: whole turns, then the last, cut short by the run's end."""
@@ -237,8 +230,9 @@ class Alternating(Objective):
     def target_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
 
-    def target_bound(self, rows: int, seq_len: int) -> int | None:
-        return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        """Whichever part trains, the largest of theirs."""
+        return max(o.target_bound(rows, seq_len) for o in self.objectives)
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle ones at no position), so with several heads

@@ -159,8 +159,9 @@ class ReplacedTokenDetection(Objective):
 
     def target_bound(self, rows: int, seq_len: int) -> int:
         """Masked LM's: the generator's positions pad to it; the discriminator's, every real
-        token, hold more and so pad to every position. Padding entries place no sample
-        (`outputs`) and count as no target (`loss`)."""
+        token, hold more and so pad to every position (in the rare batch so padded that its
+        real tokens fit the bound, to the bound: a second graph). Padding entries place no
+        sample (`outputs`) and count as no target (`loss`)."""
         return self.masked.target_bound(rows, seq_len)
 
     def companion_models(self, cfg: ModelConfig, rows: int,
@@ -209,7 +210,7 @@ class ReplacedTokenDetection(Objective):
                                                  reduction="sum")
         targets = targets_at(batch.targets, at)
         correct = (outputs["generator"].argmax(-1) == targets).sum()
-        tokens = scored.sum()
+        tokens = (batch.predict_at["rtd"].flat >= 0).sum()
         return LossSum({"generator": (generator_sum, masked_count),
                         "discriminator": (self.weight * bce, tokens)},
                        details={"replaced_fraction": (labels.sum(), tokens),

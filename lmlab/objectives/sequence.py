@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from lmlab.objectives.base import Objective
 from lmlab.objectives.mixture import (
-    largest_bound,
     part_batch,
     part_loss,
     part_target_counts,
@@ -70,8 +69,9 @@ class Then(Objective):
     def target_fraction(self, rows: int, seq_len: int) -> float:
         return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
 
-    def target_bound(self, rows: int, seq_len: int) -> int | None:
-        return largest_bound([o.target_bound(rows, seq_len) for o in self.objectives])
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        """Whichever stage trains, the largest of theirs."""
+        return max(o.target_bound(rows, seq_len) for o in self.objectives)
 
     def last_block_fraction(self, rows: int, seq_len: int) -> float:
         """Every batch asks all heads (the idle one at no position), so with two heads the
