@@ -8,6 +8,8 @@ Rows (each the median of --repeats interleaved timings of --steps steps, after -
                                    CUDA) in place of the chunked loss eager steps take
     gpt2-small clm bf16 compiled   lmlab, nanoGPT and GPT2LMHeadModel, each under torch.compile
     bert-base mlm bf16 compiled    lmlab and BertForMaskedLM (masking collator), compiled
+                                   (both compiled rows also time lmlab's matrix products alone,
+                                   train_speed's floor: the share of their pace lmlab reaches)
     lmlab pretrain defaults        `lmlab pretrain --objective clm --model gpt2-base --seq-len
                                    1024 --batch-size 16` and nothing else, stopped after
                                    --pretrain-seconds of training: its logged tokens/s
@@ -45,7 +47,15 @@ from gpu_optim import optimizer_steps
 from gpu_pretrain import pretrain_defaults
 from gpu_profile import step_profile
 from record import machine, write_results
-from train_speed import SHAPES, Shape, hf_inputs, hf_model, lmlab_parts, nanogpt_model
+from train_speed import (
+    SHAPES,
+    Shape,
+    floor_step_fn,
+    hf_inputs,
+    hf_model,
+    lmlab_parts,
+    nanogpt_model,
+)
 
 from lmlab.kernels.compile_counts import compile_counts, reset_compile_counts
 from lmlab.kernels.linear_cross_entropy import whole_logits_fit
@@ -67,6 +77,7 @@ class Row:
 
 
 WHOLE_LOGITS = "lmlab whole logits"
+PRODUCTS_ALONE = "products alone"
 ROWS = (Row("gpt2-small clm bf16 eager", "clm", "gpt2-124m", False, whole_logits_variant=True),
         Row("gpt2-small clm bf16 compiled", "clm", "gpt2-124m", True),
         Row("bert-base mlm bf16 compiled", "mlm", "bert-base", True))
@@ -173,7 +184,8 @@ def ms_per_step(contender: Contender, steps: int, device) -> float:
 
 def contenders(row: Row, shape: Shape, device, notes: list[str]):
     """(lmlab's contender, its (model config, objective), those it is timed against) of `row`:
-    the baselines, and lmlab's whole-logits variant where the row asks for it."""
+    the baselines, lmlab's whole-logits variant where the row asks for it, and in a compiled
+    row its matrix products alone."""
     tokens = token_batches(shape)
     lmlab, counted = lmlab_contender(row, shape, tokens, device)
     baselines = [hf_contender(row, shape, tokens, device)]
@@ -187,7 +199,16 @@ def contenders(row: Row, shape: Shape, device, notes: list[str]):
             notes.append(f"{row.name}: no nanoGPT baseline (NANOGPT names no model.py)")
         else:
             baselines.append(nanogpt_contender(row, shape, tokens, device))
+    if row.compiled:
+        baselines.append(products_alone(row, shape, device))
     return lmlab, counted, baselines
+
+
+def products_alone(row: Row, shape: Shape, device) -> Contender:
+    """lmlab's step's matrix products alone, in bf16 on random matrices (train_speed's floor):
+    the pace nothing doing this work beats on this device, whatever its kernels."""
+    step, _ = floor_step_fn(row.objective, False, shape, device)
+    return Contender(PRODUCTS_ALONE, lambda: step("bf16"))
 
 
 def measure_row(row: Row, shape: Shape, args, device, peak: float, notes: list[str]) -> dict:
@@ -209,6 +230,8 @@ def measure_row(row: Row, shape: Shape, args, device, peak: float, notes: list[s
               "vs_nanogpt": median["nanogpt"] / median["lmlab"] if "nanogpt" in median else None,
               "vs_hf": median["hf"] / median["lmlab"], "repeats": args.repeats,
               "ms_per_step_each": times, "seq_len": shape.seq, "batch_size": shape.batch}
+    if PRODUCTS_ALONE in median:  # 1: lmlab's step as fast as its matrix products alone
+        result["of_products_alone_pace"] = median[PRODUCTS_ALONE] / median["lmlab"]
     if WHOLE_LOGITS in median:  # > 1: the whole-logits loss makes lmlab's step faster
         result["whole_logits_vs_default"] = median["lmlab"] / median[WHOLE_LOGITS]
     if row.compiled:

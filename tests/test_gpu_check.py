@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.sh, the one prepared GPU check, run end to end in its tiny CPU mode: it
 writes gpu_check.json with the rows the check names, each a median of interleaved repeats,
-lmlab's compile counts and top kernels, every contender's time by kind of work, Muon's optimizer
-step against AdamW's with its Newton-Schulz floor, and `lmlab pretrain` at its defaults."""
+lmlab's compile counts and top kernels, every contender's time by kind of work, the share of
+its matrix products' own pace a compiled step reaches, Muon's optimizer step against AdamW's
+with its Newton-Schulz floor, and `lmlab pretrain` at its defaults."""
 
 import json
 import os
@@ -38,6 +39,8 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     assert timed[0]["whole_logits_vs_default"] == pytest.approx(
         timed[0]["ms_per_step"] / sorted(whole)[1])
     for row in timed[1:]:
+        alone = sorted(row["ms_per_step_each"]["products alone"])[1]
+        assert row["of_products_alone_pace"] == pytest.approx(alone / row["ms_per_step"])
         assert set(row["compile"]) == {"graphs_first_step", "graph_breaks",
                                        "recompiles_after_first_step"}
         assert row["compile"]["graphs_first_step"] >= 1
@@ -48,7 +51,7 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
         by_kind = row["ms_per_step_by_kind"]
         assert set(by_kind) == set(row["ms_per_step_each"])
         assert set(by_kind) == ({"lmlab", "hf", "lmlab whole logits"} if row is timed[0]
-                                else {"lmlab", "hf"})
+                                else {"lmlab", "hf", "products alone"})
         assert all(kinds["products"] > 0 for kinds in by_kind.values())
     assert any("nanoGPT" in note for note in results["notes"])
     optimizer = results["optimizer"]
