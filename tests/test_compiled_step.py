@@ -52,6 +52,14 @@ def test_padded_positions_read_no_target():
     assert at.flat.tolist() == [1, 5, -1, -1]
     assert at.read(targets).tolist() == [6, 10, IGNORE_INDEX, IGNORE_INDEX]
     assert at.shifted(2, 3).flat.tolist() == [7, 11, -1, -1]
+
+
+def test_padded_positions_write_nothing():
+    into = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    at = Positions(torch.tensor([1, 5])).padded(4)
+    assert at.real().tolist() == [True, True, False, False]
+    written = at.write(torch.tensor([60, 100, 1, 2]), into=into)
+    assert written.tolist() == [[5, 60, 7], [8, 9, 100]]  # the last position kept its 10
     assert at.rows(1, 2, 3).flat.tolist() == [2]
 
 

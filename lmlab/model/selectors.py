@@ -98,8 +98,20 @@ class Positions(Selector):
         picked = hidden.flatten(0, 1)[self.flat]
         if hidden.is_floating_point():
             return picked
-        padding = (self.flat < 0).view(-1, *(1,) * (picked.ndim - 1))
+        padding = ~self.real().view(-1, *(1,) * (picked.ndim - 1))
         return picked.masked_fill(padding, IGNORE_INDEX)
+
+    def real(self) -> Tensor:
+        """(N,) True at the entries that name a position, False at padding."""
+        return self.flat >= 0
+
+    def write(self, values: Tensor, into: Tensor) -> Tensor:
+        """(B, T) `into` with `values` (N,) at these positions. A padding entry writes to a
+        slot past the end, dropped after: it changes nothing."""
+        flat = into.flatten()
+        end = flat.numel()
+        index = torch.where(self.real(), self.flat, end)
+        return torch.cat([flat, flat[:1]]).index_put((index,), values)[:end].view_as(into)
 
 
 @dataclass(frozen=True)

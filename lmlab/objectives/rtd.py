@@ -191,7 +191,7 @@ class ReplacedTokenDetection(Objective):
         logits = model(**{**inputs, "predict_at": {"generator": at}})["generator"]
         original = batch.extras["original"]
         sampled = sample_tokens(logits.detach(), at.read(batch.extras["draw"]))
-        corrupted = placed(original, at, sampled)
+        corrupted = at.write(sampled, into=original)
         scores = model(**{**inputs, "input_ids": corrupted,
                           "predict_at": {"rtd": batch.predict_at["rtd"]}})["rtd"]
         return {"generator": logits, "rtd": scores.squeeze(-1),
@@ -199,28 +199,21 @@ class ReplacedTokenDetection(Objective):
 
     def target_counts(self, batch: Batch) -> dict[str, Tensor]:
         return {"generator": (batch.targets != IGNORE_INDEX).sum(),
-                "discriminator": (batch.predict_at["rtd"].flat >= 0).sum()}
+                "discriminator": batch.predict_at["rtd"].real().sum()}
 
     def loss(self, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
         at = batch.predict_at["generator"]
         generator_sum, masked_count = token_loss_sum(outputs["generator"], batch.targets, at)
-        scored = (batch.predict_at["rtd"].flat >= 0).float()  # (N,) 0 at padding entries
+        real = batch.predict_at["rtd"].real()  # (N,) False at padding entries
+        scored = real.float()
         labels = targets_at(outputs["replaced"], batch.predict_at["rtd"]) * scored  # (N,)
         bce = F.binary_cross_entropy_with_logits(outputs["rtd"].float(), labels, weight=scored,
                                                  reduction="sum")
         targets = targets_at(batch.targets, at)
         correct = (outputs["generator"].argmax(-1) == targets).sum()
-        tokens = (batch.predict_at["rtd"].flat >= 0).sum()
+        tokens = real.sum()
         return LossSum({"generator": (generator_sum, masked_count),
                         "discriminator": (self.weight * bce, tokens)},
                        details={"replaced_fraction": (labels.sum(), tokens),
                                 "generator_accuracy": (correct, masked_count)})
 
-
-def placed(original: Tensor, at: Positions, sampled: Tensor) -> Tensor:
-    """(B, T) `original` with `sampled` (N,) in place at `at`. Padding entries (-1) write to
-    one slot past the text, dropped after: they replace nothing."""
-    flat = original.flatten()
-    spill = flat.numel()
-    index = torch.where(at.flat >= 0, at.flat, spill)
-    return torch.cat([flat, flat[:1]]).index_put((index,), sampled)[:spill].view_as(original)
