@@ -216,4 +216,3 @@ class ReplacedTokenDetection(Objective):
                         "discriminator": (self.weight * bce, tokens)},
                        details={"replaced_fraction": (labels.sum(), tokens),
                                 "generator_accuracy": (correct, masked_count)})
-
