@@ -74,7 +74,7 @@ SURFACE = {
                  "--compile", "--config", "--data", "--distributed", "--embedding-lr-scale",
                  "--eval-batches",
                  "--eval-every", "--grad-clip",
-                 "--help", "--init", "--keep-last", "--log-every", "--lr", "--lr-floor",
+                 "--head-warmup-steps", "--help", "--init", "--keep-last", "--log-every", "--lr", "--lr-floor",
                  "--mask-prob",
                  "--max-nonfinite-steps", "--micro-batch-size", "--minutes", "--mlm-rate",
                  "--mlm-rate-start", "--mlm-selection", "--model", "--model-overrides",

@@ -102,7 +102,8 @@ def assert_computes_as(model, source_run, heads, causal: bool):
 def test_an_lmlab_run_continues_from_its_weights(source, toy, tmp_path, monkeypatch):
     first = FirstModel(monkeypatch)
     out = pretraining.pretrain(TrainConfig(objective="then:clm,mlm@0.5", out=str(tmp_path / "c"),
-                                           init=f"{source}:step-00000002", **TINY), toy)
+                                           init=f"{source}:step-00000002",
+                                           head_warmup_steps=0, **TINY), toy)
     assert_computes_as(first.model, load_run(source, "step-00000002"), ("lm",), causal=True)
     saved = json.loads((out / "config.json").read_text())
     assert saved["init"] == {

@@ -22,7 +22,7 @@ from lmlab.kernels.machine import threads_for
 from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
 from lmlab.runs.layout import CONFIG
-from lmlab.runs.metrics import read_metrics
+from lmlab.runs.metrics import GENERAL_TEXT, read_metrics
 from lmlab.runs.reading import MASK_TEXT
 from lmlab.runs.schema import read_run_config
 
@@ -63,6 +63,40 @@ def _loss_lines(out: Path, dataset: Dataset) -> list[str]:
                "not below it yet: the model has learned little beyond which tokens are common")
     return [*lines, f"  a model of token frequencies alone: {baseline:.2f} nats (perplexity "
                     f"{math.exp(min(baseline, 50)):,.0f}); {verdict}"]
+
+
+def _start_and_end(evals: list[dict]) -> tuple[dict, dict, int] | None:
+    """A continued run's first and last validation (the first after its head warm-up, when it
+    had one: its new heads were untrained at step 0), and the warm-up's steps; None for a run
+    from random weights, or one cut off before it measured both."""
+    if not evals or evals[0]["step"] != 0 or "head_warmup_steps" not in evals[0]:
+        return None
+    warmup = int(evals[0]["head_warmup_steps"])
+    start = next((r for r in evals if r["step"] == warmup), None)
+    if start is None or evals[-1]["step"] <= warmup:
+        return None
+    return start, evals[-1], warmup
+
+
+def _before_after_lines(out: Path) -> list[str]:
+    """For a continued run: each token loss from its start to its end, on its own text and on
+    general text (what it forgot), and a warning when it ended worse on its own text."""
+    found = _start_and_end([r for r in read_metrics(out) if r.get("kind") == "eval"])
+    if found is None:
+        return []
+    start, end, warmup = found
+    keys = [key for key in start if key.endswith("_loss") and key in end
+            and f"{key.removesuffix('_loss')}_ppl" in start]
+    when = f"after the new heads' {warmup}-step warm-up" if warmup else "the weights as they came"
+    lines = [f"from its start ({when}, step {start['step']}) to its end (step {end['step']}):"]
+    lines += [f"  {loss_name(key)}: {start[key]:.2f} → {end[key]:.2f} nats" for key in keys]
+    worse = [key for key in keys if not key.startswith(GENERAL_TEXT) and end[key] > start[key]]
+    if worse:
+        lines.append("warning: the model ended worse on its own text than it began ("
+                     + "; ".join(f"{start[k]:.2f} → {end[k]:.2f} nats" for k in worse)
+                     + "); the starting weights may serve better: try a lower --lr or a "
+                       "longer --head-warmup-steps")
+    return lines
 
 
 def held_out_passage(dataset: Dataset, length: int) -> list[int]:
@@ -187,7 +221,7 @@ def print_summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> None:
 def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
     example, try_it = _example_or_why_not(out, dataset)
     try:
-        losses = _loss_lines(out, dataset)
+        losses = _loss_lines(out, dataset) + _before_after_lines(out)
     except Exception as error:  # as above: a report never fails the run
         losses = [f"  (the held-out losses could not be read: {_first_line(error)})"]
     run_arg = shlex.quote(str(out))

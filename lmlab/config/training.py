@@ -203,6 +203,9 @@ class TrainConfig(LoopConfig):
     init: str | None = documented(
         None, "continue pre-training from the weights of this run (RUN or RUN:CHECKPOINT; "
               "pre-trained, imported or fine-tuned), with its model and tokenizer")
+    head_warmup_steps: int | None = documented(
+        None, "with --init: steps that train only the heads the source lacks, its body "
+              "frozen, before everything trains; none = 10% of the run when a head is new")
     seq_len: int = documented(128, "tokens per training row")
     num_workers: int = documented(0, "data-loading worker processes")
     steps: int | None = documented(None, "a step budget")
@@ -248,6 +251,12 @@ class TrainConfig(LoopConfig):
             if given:
                 raise ValueError(f"--init takes the model from {self.init}; leave out "
                                  f"{' and '.join(given)}, which would change it")
+        if self.head_warmup_steps is not None and self.head_warmup_steps < 0:
+            raise ValueError(f"head_warmup_steps must be 0 or more, got "
+                             f"{self.head_warmup_steps}")
+        if self.head_warmup_steps and self.init is None:
+            raise ValueError("--head-warmup-steps trains the heads an --init run lacks; "
+                             "give --init RUN, or leave it out")
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")

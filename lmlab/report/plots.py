@@ -7,6 +7,7 @@ from functools import cache
 from pathlib import Path
 
 from lmlab.atomic import atomic_write
+from lmlab.runs.metrics import GENERAL_TEXT
 
 # What each validation loss term measures, in words.
 LOSS_WORDS = {"mlm": "masked tokens", "clm": "next token", "prefix": "next token after a prefix",
@@ -14,12 +15,14 @@ LOSS_WORDS = {"mlm": "masked tokens", "clm": "next token", "prefix": "next token
 
 
 def loss_name(key: str) -> str:
-    """'mlm/mlm_loss' → 'validation loss (masked tokens)'; a key it does not know, as it is."""
-    objective, _, term = key.removesuffix("_loss").rpartition("/")
+    """'mlm/mlm_loss' → 'validation loss (masked tokens)', 'general/mlm/mlm_loss' → 'general-text
+    loss (masked tokens)'; a key it does not know, as it is."""
+    general = key.startswith(GENERAL_TEXT)
+    objective, _, term = key.removeprefix(GENERAL_TEXT).removesuffix("_loss").rpartition("/")
     if term not in LOSS_WORDS:
         return f"validation {key}"
     of = "" if objective in ("", term) else f", {objective}"
-    return f"validation loss ({LOSS_WORDS[term]}{of})"
+    return f"{'general-text' if general else 'validation'} loss ({LOSS_WORDS[term]}{of})"
 
 
 def pyplot():

@@ -12,6 +12,10 @@ from pathlib import Path
 
 from lmlab.runs.layout import METRICS
 
+# Before a validation metric's name: measured on general text, not the run's own (what a
+# continued run forgets; lmlab.data.general_text).
+GENERAL_TEXT = "general/"
+
 
 def metrics_rows(run_dir: str | Path, after: int = 0) -> tuple[list[dict], int]:
     """The records of `run_dir`'s metrics.jsonl from whole line `after` on, and the number of

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from lmlab.kernels.precision import autocast
 from lmlab.objectives.base import Objective
 from lmlab.objectives.losses import IGNORE_INDEX, targets_at
+from lmlab.runs.metrics import GENERAL_TEXT
 from lmlab.train.distributed import Env, all_reduce_sum
 
 EVAL_SEED = 20240607
@@ -85,5 +86,7 @@ class ValidationWarnings:
 
 
 def headline_loss(metrics: dict[str, float]) -> float:
-    """One number to pick the best checkpoint by: the sum of the evaluated losses."""
-    return sum(v for k, v in metrics.items() if k.endswith("_loss"))
+    """One number to pick the best checkpoint by: the sum of the losses on the run's own text
+    (general text, where measured, only says what was forgotten)."""
+    return sum(v for k, v in metrics.items()
+               if k.endswith("_loss") and not k.startswith(GENERAL_TEXT))

@@ -29,6 +29,7 @@ from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
 from lmlab.train.deadline import DEADLINE_LOG_POINTS, Deadline
+from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.optim import set_lr
 from lmlab.train.pace import Pace, Throughput
@@ -107,6 +108,9 @@ class Training:
     # What validation metrics say has gone wrong, read from half the run on (a slow start
     # has passed by then); none by default.
     warnings: Callable[[dict[str, float]], list[str]] | None = None
+    # Continued training: validate the weights as they came, at step 0, before any update.
+    validate_at_start: bool = False
+    head_warmup: HeadWarmup | None = None  # new heads train alone for its first steps
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -172,8 +176,14 @@ def run_training(t: Training) -> LoopState:
     pace = Pace(bar.write, first_step=state.step)
     try:
         stopping = False
+        if t.validate_at_start and state.step == 0:
+            # the start a continued run is measured against; after the head warm-up when
+            # there is one (its new heads are untrained at step 0)
+            _validation(t, log, head_warmup_steps=t.head_warmup.steps if t.head_warmup else 0)
         pace.starting(state.total_steps, cfg.compile)
         while state.step < state.total_steps and not stopping:
+            if t.head_warmup is not None:
+                t.head_warmup.at(state.step)
             lr = cfg.lr * t.schedule(state.step)
             set_lr(t.optimizer, lr)
             generator.manual_seed(step_seed(cfg.seed, t.env.rank, state.step))
@@ -282,17 +292,14 @@ def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
     improved = early_stop = False
     deadline_due = t.deadline is not None and distributed.from_rank_0(
         t.deadline.validation_due(), t.env)
-    validating = state.step % t.eval_every == 0 or finished or deadline_due
+    warmed_up = t.head_warmup is not None and t.head_warmup.ends_at(state.step)
+    validating = state.step % t.eval_every == 0 or finished or deadline_due or warmed_up
     saving = finished or stopping or state.step % t.checkpoint_every == 0
     if not (validating or saving):
         return False
     _settle(t, skipped)
     if validating:
-        started = time.perf_counter()
-        metrics = t.validate()
-        if t.deadline is not None:
-            t.deadline.validated(started)
-        log.log("eval", state.step, **metrics)
+        metrics = _validation(t, log)
         improved = t.headline(metrics) < state.best_eval
         if improved:
             state.best_eval = t.headline(metrics)
@@ -308,6 +315,17 @@ def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
     if improved or saving or early_stop:
         save_training(t)
     return early_stop
+
+
+def _validation(t: Training, log: MetricsLog, **noted: float) -> dict[str, float]:
+    """Validate the model as it is now and log the metrics (and `noted`) as an `eval`
+    record; a time budget is told how long it took."""
+    started = time.perf_counter()
+    metrics = t.validate()
+    if t.deadline is not None:
+        t.deadline.validated(started)
+    log.log("eval", t.state.step, **metrics, **noted)
+    return metrics
 
 
 def save_training(t: Training) -> None:
