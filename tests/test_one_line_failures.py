@@ -125,8 +125,7 @@ def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
     table.write_text('label,text\npos,"good movie\nneg,bad movie\npos,fine\n')
     with pytest.raises(DataError) as raised:
         rows(table)
-    assert str(raised.value) == (f"{table}:2: a quote opened in this row is never closed, so "
-                                 "the rest of the file was read as one cell")
+    assert str(raised.value) == f"{table}:2: a quote opened in this row is never closed"
     closed = tmp_path / "closed.csv"
     closed.write_text('label,text\npos,"good\nmovie"\nneg,bad\n')
     assert rows(closed) == [Row(2, {"label": "pos", "text": "good\nmovie"}),
