@@ -16,7 +16,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmlab.atomic import atomic_directory, check_replaceable, make_directory, staging_directory
+from lmlab.atomic import (
+    atomic_directory,
+    check_replaceable,
+    failed_writes_named,
+    make_directory,
+    staging_directory,
+)
 from lmlab.export.formats import FORMATS
 from lmlab.export.hf_files import EXPORT_RECORD
 from lmlab.export.targets import ExportError, Format, Target
@@ -78,9 +84,10 @@ def _write_file(run: Run, target: Target, writer: Format, out: Path,
         raise ExportError(f"{out} exists and is not a file lmlab exported; choose another --out")
     make_directory(out.parent)
     staging = staging_directory(out)
-    try:
-        difference = _checked_write(run, target, writer, staging, check)
-        os.replace(staging / writer.file, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with failed_writes_named(out):
+        try:
+            difference = _checked_write(run, target, writer, staging, check)
+            os.replace(staging / writer.file, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return difference
