@@ -1,7 +1,8 @@
 """Atomic file writes: a reader sees the old file or the whole new one, never a part.
 
 A write that cannot start (a read-only or full disk, a missing permission) is reported about the
-path the user asked for, never the temporary name beside it that was being made. What was
+path the user asked for, never the temporary name beside it that was being made; so is one that
+fails on the way (a disk that fills), with what it left: nothing, or the old file. What was
 written is checked later by its SHA-256 (`sha256_of`), read in blocks.
 """
 
@@ -30,6 +31,43 @@ def not_writable(path: str | Path, error: OSError) -> OSError:
     restated = OSError(f"{path} cannot be written: {error.strerror or error}")
     restated.errno = error.errno
     return restated
+
+
+class WriteFailed(OSError):
+    """A write that failed on the way, said about the path the user asked for and what is left
+    of it; `errno` and `strerror` are those of the failure."""
+
+    def __init__(self, path: Path, cause: OSError, existed: bool):
+        reason = cause.strerror or str(cause)
+        super().__init__(cause.errno, reason)
+        left = f"{path} is as it was" if existed else "nothing was written"
+        self.message = f"{reason[:1].lower()}{reason[1:]} while writing {path}; {left}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def os_error_behind(error: BaseException | None) -> OSError | None:
+    """The OSError that `error` is or was raised while handling: torch.save reports a failed
+    write as a RuntimeError whose context is the OSError."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+@contextlib.contextmanager
+def failed_writes_named(path: Path) -> Iterator[None]:
+    """Restate a write that fails in the block as a WriteFailed about `path`. A failed write
+    call names no file (ENOSPC, EDQUOT); an OSError that names one (a file that could not be
+    read), or that has no errno (a library's own), passes unchanged."""
+    existed = path.exists()
+    try:
+        yield
+    except Exception as error:
+        cause = os_error_behind(error)
+        if cause is None or cause.filename is not None or cause.errno is None:
+            raise
+        raise WriteFailed(path, cause, existed) from None
 
 
 def make_directory(path: str | Path) -> None:
@@ -62,17 +100,18 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
                                                  suffix=".tmp")
     except OSError as error:
         raise not_writable(path, error) from None
-    try:
-        with os.fdopen(descriptor, mode) as file:
-            yield file
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o666 & ~current_umask())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
+    with failed_writes_named(path):
+        try:
+            with os.fdopen(descriptor, mode) as file:
+                yield file
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(temporary, 0o666 & ~current_umask())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -87,18 +126,19 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     path = Path(path).resolve()  # a link to the directory: replace what it points to
     make_directory(path.parent)
     staging = staging_directory(path)
-    try:
-        yield staging
-        if path.exists():
-            retired = staging.with_name(staging.name + ".old")
-            os.replace(path, retired)
-            os.replace(staging, path)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with failed_writes_named(path):
+        try:
+            yield staging
+            if path.exists():
+                retired = staging.with_name(staging.name + ".old")
+                os.replace(path, retired)
+                os.replace(staging, path)
+                shutil.rmtree(retired)
+            else:
+                os.replace(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
 
 def check_replaceable(path: Path, ours: bool, kind: str) -> None:

@@ -129,6 +129,6 @@ def test_a_full_disk_in_prepare_names_the_dataset_and_leaves_nothing(place, caps
                               for i in range(100)))
     code, err = run_case(place, "prepare {root}/corpus.jsonl --out {root}/full", capsys)
     assert code == 1
-    assert error_line(err) == (f"lmlab: error: [Errno 28] No space left on device while "
-                               f"writing the dataset {place / 'full'}")
+    assert error_line(err) == (f"lmlab: error: no space left on device while writing "
+                               f"{place / 'full'}; nothing was written")
     assert not (place / "full").exists() and not list(place.glob(".full.partial-*"))

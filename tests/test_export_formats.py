@@ -90,7 +90,9 @@ def test_gguf_reads_back_in_transformers_with_lmlab_greedy_text(tmp_path, family
     ("modernbert", "mlm", {"format": "gguf"}, "causal language models"),
     ("modern", "prefix", {"format": "gguf"}, "left to right only"),
     ("modern", "clm", {"format": "sentence-transformers", "pooling": "cls"}, "causal model"),
-    ("modern", "clm", {"format": "hf", "pooling": "cls"}, "do not apply to the hf format"),
+    ("modern", "clm", {"format": "hf", "pooling": "cls"},
+     "--pooling applies only to --format sentence-transformers, not hf"),
+    ("modern", "clm", {"format": "hf", "bits": 4}, "'bits' is no option of any export format"),
 ])
 def test_formats_refuse_in_one_line_before_writing(tmp_path, family, objective, options,
                                                    message):
@@ -108,8 +110,10 @@ def test_cli_exports_each_format(tmp_path, capsys):
     assert main(["export", str(run), "--out", str(tmp_path / "s"), "--format",
                  "sentence-transformers", "--pooling", "mean-all", "--normalize"]) == 0
     assert (tmp_path / "s" / "2_Normalize").is_dir()
+    capsys.readouterr()
     assert main(["export", str(run), "--out", str(tmp_path / "h"), "--dtype", "f16"]) == 1
-    assert "dtype do not apply to the hf format" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("lmlab: error: --dtype applies only to --format gguf, "
+                                       "not hf: leave it out, or export with --format gguf\n")
 
 
 def test_gguf_out_naming_a_file_writes_that_file_with_its_tokenizer(tmp_path, capsys):

@@ -42,10 +42,21 @@ def fails(call, *words):
 # ---------------------------------------------------------------- tables
 
 
-def test_tsv_guessed_columns_keep_bare_quotes(tmp_path):
-    path = write(tmp_path, "dev.tsv", 'label\tcontent\n0\tit \'s a "comedy" .\n1\t" odd\n')
+def test_tsv_guessed_columns_keep_quotes_inside_cells(tmp_path):
+    path = write(tmp_path, "dev.tsv", 'label\tcontent\n0\tit \'s a "comedy" .\n1\t5" screen\n')
     assert read_table(path) == [TextExample('it \'s a "comedy" .', None, "0", 2),
-                                TextExample('" odd', None, "1", 3)]
+                                TextExample('5" screen', None, "1", 3)]
+
+
+def test_tsv_quoted_as_pandas_writes_it(tmp_path):
+    # pandas is not installed here: the bytes of pandas.DataFrame(...).to_csv(path, sep="\t")
+    path = write(tmp_path, "train.tsv", '\ttext\tlabel\n0\t"a ""great"" film"\tpos\n'
+                                        '1\t"two\nlines"\tneg\n2\tplain\tpos\n')
+    assert read_table(path) == [TextExample('a "great" film', None, "pos", 2),
+                                TextExample("two\nlines", None, "neg", 3),
+                                TextExample("plain", None, "pos", 5)]
+    unclosed = write(tmp_path, "bad.tsv", 'text\tlabel\n" odd\tpos\nfine\tneg\n')
+    fails(lambda: read_table(unclosed), "bad.tsv:2: a quote opened in this row is never closed")
 
 
 def test_txt_is_tab_separated_and_blank_lines_are_skipped(tmp_path):

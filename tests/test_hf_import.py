@@ -23,7 +23,7 @@ from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
 from lmlab.model import MaskSpec
 from lmlab.runs.run import load_run
-from tests.hf_runs import TEXTS, tiny_tokenizer
+from tests.hf_runs import TEXTS, pretrained_run, tiny_tokenizer
 from tests.test_hf_parity import jitter, transformers
 
 TOLERANCE = 1e-5
@@ -315,6 +315,21 @@ def test_a_missing_gguf_file_is_named(tmp_path, capsys):
     capsys.readouterr()
     assert main(["import", str(tmp_path / "model.gguf"), "--out", str(tmp_path / "run")]) == 1
     assert "no such GGUF file" in capsys.readouterr().err
+
+
+def test_a_truncated_gguf_file_says_so_with_both_sizes(tmp_path, capsys):
+    whole = tmp_path / "model.gguf"
+    assert main(["export", str(pretrained_run(tmp_path / "clm", "gpt2", "clm")), "--format",
+                 "gguf", "--out", str(whole), "--no-check"]) == 0
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:-1000])  # the last tensor's data cut short, the header whole
+    capsys.readouterr()
+    assert main(["import", str(cut), "--out", str(tmp_path / "run")]) == 1
+    assert capsys.readouterr().err == (
+        f"lmlab: error: {cut} is truncated: its header describes {len(data):,} bytes, the "
+        f"file has {len(data) - 1000:,} (copy or download it again)\n")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_tokenizer_larger_than_the_embeddings_is_refused(tmp_path, capsys):

@@ -42,11 +42,16 @@ def gguf_file(tmp_path):
 @pytest.mark.parametrize("kept", [40, 400])  # within the header; within the weights
 def test_a_gguf_file_cut_short_is_one_line(gguf_file, tmp_path, capsys, kept):
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(gguf_file.read_bytes()[:kept])
+    whole = gguf_file.read_bytes()
+    cut.write_bytes(whole[:kept])
     capsys.readouterr()
     assert main(["import", str(cut), "--out", str(tmp_path / "run")]) == 1
     line = error_line(capsys.readouterr().err)
-    assert line.startswith(f"lmlab: error: {cut}: transformers cannot read this GGUF file (")
+    if kept == 40:  # no tensor table to size the file by
+        assert line.startswith(f"lmlab: error: {cut}: transformers cannot read this GGUF file (")
+    else:
+        assert line == (f"lmlab: error: {cut} is truncated: its header describes "
+                        f"{len(whole):,} bytes, the file has {kept} (copy or download it again)")
     assert not (tmp_path / "run").exists()
 
 
@@ -125,8 +130,7 @@ def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
     table.write_text('label,text\npos,"good movie\nneg,bad movie\npos,fine\n')
     with pytest.raises(DataError) as raised:
         rows(table)
-    assert str(raised.value) == (f"{table}:2: a quote opened in this row is never closed, so "
-                                 "the rest of the file was read as one cell")
+    assert str(raised.value) == f"{table}:2: a quote opened in this row is never closed"
     closed = tmp_path / "closed.csv"
     closed.write_text('label,text\npos,"good\nmovie"\nneg,bad\n')
     assert rows(closed) == [Row(2, {"label": "pos", "text": "good\nmovie"}),

@@ -1,6 +1,8 @@
 """Readers for every format and compression, sources, bad input."""
 
+import csv
 import gzip
+import io
 import json
 
 import pyarrow as pa
@@ -194,6 +196,56 @@ def test_a_bad_jsonl_line_is_skipped_and_counted_or_fatal_when_strict(tmp_path):
     assert len(list(read_file(path, stats=stats))) == 298
     assert stats.skipped == {"not_json": 1, "missing_field": 1}
     one_line_error("big.jsonl:42: not valid JSON", lambda: read(path, strict=True))
+
+
+# Cells that make writers quote: a quote, the delimiter, a line break, a quote only inside.
+QUOTED_CELLS = ['He said "hi"', "a, comma", "a\ttab", "two\nlines", '5" screen', '"whole"']
+
+
+@pytest.mark.parametrize("delimiter,suffix", [(",", ".csv"), ("\t", ".tsv")])
+def test_tables_read_as_the_csv_module_writes_them(tmp_path, delimiter, suffix):
+    text = io.StringIO()
+    csv.writer(text, delimiter=delimiter, lineterminator="\n").writerows(
+        [["id", "text"], *enumerate(QUOTED_CELLS)])
+    assert '"""whole"""' in text.getvalue()  # the writer quoted what the reader must unquote
+    path = write(tmp_path / ("a" + suffix), text.getvalue().encode())
+    assert read(path) == QUOTED_CELLS
+
+
+def test_tables_read_as_pandas_writes_them(tmp_path):
+    # pandas is not installed here: these are the bytes pandas.DataFrame({"text": QUOTED_CELLS,
+    # "label": [...]}).to_csv(path, sep="\t") writes (its index first, under an empty name;
+    # QUOTE_MINIMAL, quotes doubled).
+    written = (b'\ttext\tlabel\n0\t"He said ""hi"""\tpos\n1\ta, comma\tneg\n'
+               b'2\t"a\ttab"\tpos\n3\t"two\nlines"\tneg\n4\t"5"" screen"\tpos\n'
+               b'5\t"""whole"""\tneg\n')
+    rows = list(read_rows(write(tmp_path / "a.tsv.gz", written)))
+    assert [row.fields["text"] for row in rows] == QUOTED_CELLS
+    assert [row.line for row in rows] == [2, 3, 4, 5, 7, 8]  # a row's first line
+    assert rows[0].fields == {"": "0", "text": 'He said "hi"', "label": "pos"}
+
+
+def test_a_quote_inside_an_unquoted_cell_is_text(tmp_path):
+    path = write(tmp_path / "a.tsv", b'id\ttext\n1\t5" screen\n2\tit \'s a "comedy" .\n')
+    assert read(path) == ['5" screen', 'it \'s a "comedy" .']
+
+
+def test_quoting_that_does_not_parse_is_one_bad_record(tmp_path):
+    rows = [f"{i}\trow {i}" for i in range(300)]
+    rows[41] = '41\t"Hello," she said'  # text after the closing quote
+    rows[250] = '250\t"a quote never closed'
+    path = write(tmp_path / "a.tsv", ("id\ttext\n" + "\n".join(rows) + "\n").encode())
+    stats = ReadStats()
+    documents = list(read_file(path, stats=stats))
+    assert documents == [f"row {i}" for i in range(300) if i not in (41, 250)]  # the rest read
+    assert stats.skipped == {"bad_row": 2}
+    one_line_error("a.tsv:43: a cell that opens with a quote is quoted, so it must end at its "
+                   'closing quote (a quote inside it is written "")',
+                   lambda: read(path, strict=True))
+    unclosed = write(tmp_path / "u.csv", b'id,text\n1,"never closed\n2,two\n')
+    message = one_line_error("u.csv:2: a quote opened in this row is never closed",
+                             lambda: read(unclosed))
+    assert "1 of 2 records bad" in message
 
 
 def test_a_file_of_mostly_bad_records_fails_even_without_strict(tmp_path):

@@ -115,6 +115,35 @@ def test_embeddings_and_a_fine_tuned_classifier(open_page):
     expect(page.locator("#predict .bar")).to_have_count(2)  # one bar per label
 
 
+# Each bar's label: its text, whether it fits its box, and whether it ends before its bar.
+LABEL_FITS = """bar => {
+  const label = bar.querySelector(".label"), fill = bar.querySelector(".fill");
+  return { text: label.innerText,
+           fits: label.scrollWidth <= label.clientWidth,
+           clear: label.getBoundingClientRect().right <= fill.getBoundingClientRect().left };
+}"""
+
+
+def test_a_long_label_is_shown_whole(open_page):
+    long = "operating systems and their kernels (a_label_with_no_space_to_break_at)"
+
+    def renamed(route):  # the run's labels, one of them long
+        response = route.fetch()
+        answer = response.json()
+        for prediction in answer["predictions"]:
+            prediction["scores"] = {long if label == "pos" else label: score
+                                    for label, score in prediction["scores"].items()}
+        route.fulfill(response=response, json=answer)
+
+    page = open_page("?run=classify")
+    page.route("**/api/predict", renamed)
+    page.click("#predict button")
+    expect(page.locator("#predict .bar")).to_have_count(2)
+    shown = [bar.evaluate(LABEL_FITS) for bar in page.locator("#predict .bar").all()]
+    assert {label["text"] for label in shown} == {long, "neg"}
+    assert all(label["fits"] and label["clear"] for label in shown), shown
+
+
 # Pixels inside a curves canvas's frame (its labels lie outside it) of each of the page's first
 # three line colours (app.js COLORS), in the lines' order.
 CURVE_PIXELS = """canvas => {

@@ -10,10 +10,12 @@ source is a file, a directory (read recursively, in sorted order) or a glob. Eve
 streams: memory holds one record (one batch for Parquet), never a file, except a `.txt` read
 as one document.
 
-Bad records (a line that is not JSON, an object without the text field, a CSV row that does not
-parse or has not the header's number of cells) are skipped and counted; `strict=True` makes
-the first one fatal. A file where more than TOLERATED_BAD_FRACTION of the records are bad
-fails anyway: that is a wrong format or field name, not noise.
+CSV and TSV are read as Python's csv module and pandas write them (a cell opening with a quote
+is quoted). Bad records (a line that is not JSON, an object without the text field, a CSV or TSV
+row whose quoting does not parse or that has not the header's number of cells) are skipped and
+counted; `strict=True` makes the first one fatal. A file where more than
+TOLERATED_BAD_FRACTION of the records are bad fails anyway: that is a wrong format or field
+name, not noise.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import zstandard
 from lmlab.data.errors import DataError
 from lmlab.data.row_formats import (
     ROW_READERS,
-    UNCLOSED_QUOTE,
     ReadOptions,
     ReadStats,
     Records,
@@ -36,13 +37,11 @@ from lmlab.data.row_formats import (
     file_format,
     lines,
     open_bytes,
-    quote_never_closed,
     replace_invalid,
 )
 
-__all__ = ["UNCLOSED_QUOTE", "ReadOptions", "ReadStats", "Row", "expand_sources", "file_format",
-           "quote_never_closed", "read_file", "read_lines", "read_rows", "read_sources",
-           "source_files"]
+__all__ = ["ReadOptions", "ReadStats", "Row", "expand_sources", "file_format", "read_file",
+           "read_lines", "read_rows", "read_sources", "source_files"]
 
 DEFAULTS = ReadOptions()
 

@@ -31,8 +31,9 @@ TOLERATED_BAD_FRACTION = 0.01
 BINARY_SNIFF_BYTES = 1024
 PARQUET_BATCH_ROWS = 1024
 ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # an invalid byte, as surrogateescape keeps it
-UNCLOSED_QUOTE = ("a quote opened in this row is never closed, so the rest of the file was "
-                  "read as one cell")
+UNCLOSED_QUOTE = "a quote opened in this row is never closed"
+QUOTED_CELL_ENDS_EARLY = ("a cell that opens with a quote is quoted, so it must end at its closing "
+                          'quote (a quote inside it is written "")')
 
 
 @dataclass(frozen=True)
@@ -227,40 +228,57 @@ def _json_rows(path: Path, options: ReadOptions, records: Records,
                 yield row
 
 
-def quote_never_closed(first_line: int, last_line_number: int, last_line: str) -> bool:
-    """Whether a CSV row read from `first_line` to `last_line_number` ran into the end of the
-    file inside a quote: a quoted cell over several lines ends with a quote on its last line."""
-    return last_line_number > first_line and '"' not in last_line
+def _table_records(numbered: Iterator[tuple[int, str]], delimiter: str,
+                   records: Records) -> Iterator[tuple[int, list[str]]]:
+    """(first line, cells) of each record, read as Python's csv module and pandas write tables:
+    a cell that opens with a quote is quoted (a quote inside it doubled, a delimiter or line
+    break inside it text); a quote later in a cell is text. A record whose quoting does not
+    parse is counted bad at its first line, and reading goes on from the line after it, so one
+    stray quote costs one record, never the rest of the file."""
+    again: list[tuple[int, str]] = []  # lines to read once more, the next one last
+    taken: list[tuple[int, str]] = []  # the lines of the record being read
+    ran_out = False
+
+    def feed() -> Iterator[str]:
+        nonlocal ran_out
+        while (item := again.pop() if again else next(numbered, None)) is not None:
+            taken.append(item)
+            yield item[1]
+        ran_out = True
+
+    reader = csv.reader(feed(), delimiter=delimiter, strict=True)
+    while True:
+        taken.clear()
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            records.reject("bad_row", _parse_problem(error, ran_out), taken[0][0])
+            again.extend(reversed(taken[1:]))
+            ran_out = False
+            reader = csv.reader(feed(), delimiter=delimiter, strict=True)
+            continue
+        yield taken[0][0], cells
+
+
+def _parse_problem(error: csv.Error, ran_out: bool) -> str:
+    if ran_out:
+        return UNCLOSED_QUOTE
+    if "expected after" in str(error):  # csv's words for text after a closing quote
+        return QUOTED_CELL_ENDS_EARLY
+    return f"cannot parse the row ({error})"
 
 
 def _delimited_rows(path: Path, options: ReadOptions, records: Records,
-                    columns: Sequence[str] | None, tsv: bool) -> Iterator[Row]:
+                    columns: Sequence[str] | None, delimiter: str) -> Iterator[Row]:
     """Rows keyed by the header (names stripped); a row of blank cells is no record."""
     # Documents are longer than csv's default 128 KiB field limit; the limit is process-wide,
     # and raising it only lets more through.
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     with open_bytes(path) as stream:
-        last_line = [""]  # the line the latest record ends on
-
-        def text_lines() -> Iterator[str]:
-            for _, last_line[0] in lines(stream):
-                yield last_line[0]
-
-        # TSV has no quoting (IANA text/tab-separated-values): a '"' in a TSV cell is text.
-        reader = csv.reader(text_lines(), delimiter="\t" if tsv else ",",
-                            quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
         header: list[str] | None = None
-        while True:
-            start = reader.line_num + 1
-            try:
-                cells = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as error:
-                records.reject("bad_row", f"cannot parse the row ({error})", start)
-                continue
-            if not tsv and quote_never_closed(start, reader.line_num, last_line[0]):
-                raise DataError(UNCLOSED_QUOTE, path, start)
+        for start, cells in _table_records(lines(stream), delimiter, records):
             if header is None:
                 header = [name.strip() for name in cells]
                 check_columns(columns, header, path, 1)
@@ -293,6 +311,7 @@ def _parquet_rows(path: Path, options: ReadOptions, records: Records,
 
 ROW_READERS: dict[str, Callable[..., Iterator[Row]]] = {
     ".txt": _txt_rows, ".jsonl": _jsonl_rows, ".json": _json_rows,
-    ".csv": partial(_delimited_rows, tsv=False), ".tsv": partial(_delimited_rows, tsv=True),
+    ".csv": partial(_delimited_rows, delimiter=","),
+    ".tsv": partial(_delimited_rows, delimiter="\t"),
     ".parquet": _parquet_rows,
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from lmlab.export.hf import HF_FAMILIES, hf_config_dict, to_hf_state_dict
 from lmlab.export.targets import Target
@@ -64,8 +64,9 @@ def write_hf_directory(run: Run, target: Target, staging: Path, framed: bool,
         files["generation_config.json"] = _generation_config(run, target)
     for name, content in files.items():
         (staging / name).write_text(json.dumps(content, indent=2) + "\n")
-    save_file(_weights(run, target), str(staging / "model.safetensors"),
-              metadata={"format": "pt"})
+    # Through a Python write, so that a full disk surfaces as the OSError it is.
+    (staging / "model.safetensors").write_bytes(save(_weights(run, target),
+                                                     metadata={"format": "pt"}))
     tokenizer, names = run.require_tokenizer(), dict(run.config.special_token_names)
     if target.padding is not None:  # in place of the tokenizer's own
         names["pad"] = tokenizer.id_to_token(target.padding)

@@ -174,6 +174,10 @@ def read_gguf(path: Path) -> HFModel:
                            f"(pip install transformers gguf): {error}") from None
     if not path.is_file():
         raise HFImportError(f"{path}: no such GGUF file")
+    needed, size = gguf_bytes_needed(path), path.stat().st_size
+    if needed is not None and needed > size:
+        raise HFImportError(f"{path} is truncated: its header describes {needed:,} bytes, the "
+                            f"file has {size:,} (copy or download it again)")
     directory, name = str(path.parent), path.name
     try:
         config = transformers.AutoConfig.from_pretrained(directory, gguf_file=name)
@@ -191,6 +195,26 @@ def read_gguf(path: Path) -> HFModel:
     roles = {role: (token if (token := getattr(fast, hf_name, None)) in vocabulary else None)
              for role, hf_name in HF_ROLE_NAMES.items()}
     return HFModel(config.to_dict(), model.state_dict(), tokenizer, roles, str(path))
+
+
+def gguf_bytes_needed(path: Path) -> int | None:
+    """The size the GGUF file at `path` needs for the tensors its header describes (the end of
+    the one that ends last), or None when the header itself cannot be read."""
+    import gguf
+
+    class Header(gguf.GGUFReader):
+        def _build_tensors(self, start: int, fields: list) -> None:  # sizes, not tensors
+            self.needed = start
+            for field in fields:
+                _, _, _, dims, kind, offset = field.parts
+                block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind[0])]
+                end = start + int(offset[0]) + int(dims.prod()) // block * block_bytes
+                self.needed = max(self.needed, end)
+
+    try:
+        return Header(path).needed
+    except (OSError, ValueError, IndexError, KeyError):  # cut inside its header, or not GGUF
+        return None
 
 
 def _within(tokenizer: Tokenizer, rows: int) -> Tokenizer:

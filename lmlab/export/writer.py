@@ -16,7 +16,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmlab.atomic import atomic_directory, check_replaceable, make_directory, staging_directory
+from lmlab.atomic import (
+    atomic_directory,
+    check_replaceable,
+    failed_writes_named,
+    make_directory,
+    staging_directory,
+)
 from lmlab.export.formats import FORMATS
 from lmlab.export.hf_files import EXPORT_RECORD
 from lmlab.export.targets import ExportError, Format, Target
@@ -42,7 +48,7 @@ def export_run(run: Run, out: str | Path, check: bool = True, format: str = "hf"
     out, writer = Path(out), FORMATS[format]
     foreign = sorted(set(options) - set(writer.options))
     if foreign:
-        raise ExportError(f"{', '.join(foreign)} do not apply to the {format} format")
+        raise ExportError("; ".join(_not_taken(name, format) for name in foreign))
     target = writer.target(run, **options)  # refusals come before anything is written
     if writer.file is not None and out.suffix == Path(writer.file).suffix:
         return Exported(out, target, _write_file(run, target, writer, out, check), format)
@@ -54,6 +60,15 @@ def export_run(run: Run, out: str | Path, check: bool = True, format: str = "hf"
                   "max_difference": difference}
         (staging / EXPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return Exported(out, target, difference, format)
+
+
+def _not_taken(option: str, format: str) -> str:
+    """Why `option` is refused with `format`, and which formats take it."""
+    takers = " or ".join(name for name, writer in FORMATS.items() if option in writer.options)
+    if not takers:
+        return f"{option!r} is no option of any export format"
+    return (f"--{option} applies only to --format {takers}, not {format}: leave it out, or "
+            f"export with --format {takers}")
 
 
 def _checked_write(run: Run, target: Target, writer: Format, staging: Path,
@@ -78,9 +93,10 @@ def _write_file(run: Run, target: Target, writer: Format, out: Path,
         raise ExportError(f"{out} exists and is not a file lmlab exported; choose another --out")
     make_directory(out.parent)
     staging = staging_directory(out)
-    try:
-        difference = _checked_write(run, target, writer, staging, check)
-        os.replace(staging / writer.file, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with failed_writes_named(out):
+        try:
+            difference = _checked_write(run, target, writer, staging, check)
+            os.replace(staging / writer.file, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return difference

@@ -95,5 +95,8 @@ def _embed_batch(run: Run, documents: list[tuple[list[int], slice]],
 
 def save_npy(array: np.ndarray, path: str | Path) -> None:
     """Write `array` to `path` atomically: a reader sees the old file or the whole new one."""
+    array = np.ascontiguousarray(array)
     with atomic_write(path, "wb") as f:
-        np.save(f, array)
+        # np.save's own write to a file says neither why it failed nor its errno; Python's does.
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+        f.write(array)  # its bytes, in C order

@@ -60,10 +60,18 @@ def prepare_run_dir(out: Path, config: RunConfig, resume: bool, overwrite: bool,
                               "--overwrite to replace it")
         _check_same_model(out, previous.model.to_dict(), config.model.to_dict())
         _check_same_tokenizer(out, previous.tokenizer_sha256, tokenizer_json)
+    made = not out.exists()
     make_directory(out)
-    if tokenizer_json:
-        config = replace(config, tokenizer_sha256=write_tokenizer(out, tokenizer_json))
-    write_run_config(saved, config)
+    try:
+        if tokenizer_json:
+            config = replace(config, tokenizer_sha256=write_tokenizer(out, tokenizer_json))
+        write_run_config(saved, config)
+    except BaseException:
+        if not saved.is_file():  # a tokenizer without a config: no run, refused next time
+            (out / TOKENIZER).unlink(missing_ok=True)
+            if made:
+                out.rmdir()
+        raise
     remove_unfinished(out / CHECKPOINTS)  # a killed or failed save's, before a full disk refills
     checkpoints = list_checkpoints(out / CHECKPOINTS)
     return checkpoints[-1] if checkpoints else None

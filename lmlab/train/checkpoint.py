@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from lmlab.atomic import os_error_behind
 from lmlab.runs.checkpoints import (
     CheckpointError,
     DamagedCheckpoint,
@@ -65,14 +66,6 @@ def save_checkpoint(directory: Path, step: int, weights: nn.Module | dict[str, T
     if shard is not None:
         barrier(env)
     return final
-
-
-def os_error_behind(error: BaseException) -> OSError | None:
-    """The OSError that `error` is or was raised while handling: torch.save reports a failed
-    write as a RuntimeError whose context is the OSError."""
-    while error is not None and not isinstance(error, OSError):
-        error = error.__cause__ or error.__context__
-    return error
 
 
 def failed_save_message(cause: OSError, final: Path) -> str:

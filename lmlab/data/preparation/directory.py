@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tokenizers
 
-from lmlab.atomic import make_directory, staging_directory
+from lmlab.atomic import failed_writes_named, make_directory, staging_directory
 from lmlab.cache import only_one_process
 from lmlab.data.errors import DataError
 from lmlab.data.recipe import Recipe
@@ -51,24 +51,19 @@ def make_dataset(out: Path, recipe: Recipe, inputs: list[dict],
 def _build_into(out: Path, recipe: Recipe, inputs: list[dict],
                 build: Callable[[Path], dict]) -> Path:
     work = staging_directory(out, prefix=f"{_partial_prefix(out)}{os.getpid()}-")
-    try:
-        built = build(work)
-        meta = {"format": FORMAT_VERSION, "versions": _versions(), "recipe": recipe.to_dict(),
-                "inputs": inputs, **built}
-        (work / "stats.txt").write_text(format_report(meta), encoding="utf-8")
-        (work / "meta.json").write_text(json.dumps(meta, indent=2))  # last: marks it complete
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.replace(work, out)
-    except OSError as error:
-        shutil.rmtree(work, ignore_errors=True)
-        if error.filename is not None:
+    with failed_writes_named(out):
+        try:
+            built = build(work)
+            meta = {"format": FORMAT_VERSION, "versions": _versions(),
+                    "recipe": recipe.to_dict(), "inputs": inputs, **built}
+            (work / "stats.txt").write_text(format_report(meta), encoding="utf-8")
+            (work / "meta.json").write_text(json.dumps(meta, indent=2))  # last: complete
+            if out.exists():
+                out.rmdir()  # empty, checked above
+            os.replace(work, out)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
             raise
-        # A failed write names no file (ENOSPC on a write call): say which dataset it was.
-        raise OSError(error.errno, f"{error.strerror} while writing the dataset {out}") from None
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return out
 
 
