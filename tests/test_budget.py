@@ -1,6 +1,7 @@
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from lmlab.config.budget import Budget, parse_count, step_budget, steps_in_minutes
 from lmlab.config.presets import preset
@@ -11,6 +12,11 @@ from lmlab.objectives.registry import build_objective
 from lmlab.train import pretrain as pretraining
 from lmlab.train import step
 from lmlab.train.deadline import Deadline
+from lmlab.train.distributed import Env
+from lmlab.train.loop import LoopState
+from lmlab.train.setup import Started, plan_length
+
+ONE_PROCESS = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
 def test_counts_and_budgets():
@@ -55,8 +61,8 @@ def test_a_minutes_budget_times_the_step_training_runs(objective, specials_first
     # A clock under the test's control: the timed micro-batch takes 0.25 s.
     readings = iter([100.0, 100.25])
     monkeypatch.setattr(step, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
-    steps = pretraining._total_steps(cfg.budget, cfg, model, built, special, micro_size=2,
-                                     accumulation=4, announce=False)
+    steps = pretraining._all_ranks_steps(cfg.budget, cfg, ONE_PROCESS, model, built, special,
+                                         micro_size=2, accumulation=4)
     assert rows == [2]  # timed once (the run's deadline corrects it), on one micro-batch
     assert next(readings, None) is None  # the timing read the clock twice
     # the timing, times 4 micro-batches per step, fills the minute
@@ -71,14 +77,14 @@ def test_the_smaller_of_the_step_and_minute_budgets_wins(monkeypatch):
     # 1 s per micro-batch: 60 / (2 × 1 × overhead) = 26 steps in a minute
     monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
-    timed = dict(model=model, objective=built, special=special, micro_size=2, accumulation=2,
-                 announce=False)
+    timed = dict(env=ONE_PROCESS, model=model, objective=built, special=special, micro_size=2,
+                 accumulation=2)
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=10)
-    assert pretraining._total_steps(config.budget, config, **timed) == 10
+    assert pretraining._all_ranks_steps(config.budget, config, **timed) == 10
     monkeypatch.setattr(step, "time",
                         SimpleNamespace(perf_counter=iter([5.0, 6.0]).__next__))
     config = TrainConfig(objective="clm", seq_len=32, minutes=1.0, steps=500)
-    assert pretraining._total_steps(config.budget, config, **timed) == 26
+    assert pretraining._all_ranks_steps(config.budget, config, **timed) == 26
 
 
 class Clock:
@@ -126,3 +132,34 @@ def test_a_deadline_spreads_its_validations_over_the_time():
     clock.now = 23.0
     assert slow.validation_due()
     assert not Deadline(minutes=1.0, clock=clock).validation_due()  # none asked for
+
+
+def started(total_steps: int = 0) -> Started:
+    """A run as setup's start leaves it: new, or resumed at its planned `total_steps`."""
+    return Started(config=None, train_model=None, optimizer=None,
+                   state=LoopState(step=total_steps // 2, total_steps=total_steps),
+                   resumed=total_steps > 0)
+
+
+def test_a_task_run_plans_its_length_as_pre_training_does(capsys):
+    """Fine-tuning and distillation: a time budget plans the steps a timed step fits into it
+    (at most the cap their steps or epochs allow) and the Deadline that corrects them; a
+    resumed run keeps its plan."""
+    new = started()
+    deadline = plan_length(new, minutes=1.0, cap=1000, time_step=lambda: 0.5, eval_every=None,
+                           env=ONE_PROCESS)
+    assert new.state.total_steps == 120  # 60 s at 0.5 s a step
+    assert (deadline.seconds, deadline.cap, deadline.validations) == (60.0, 1000, 12)
+    assert capsys.readouterr().out == "timing one training step to fit the run into 1 minutes\n"
+    capped = started()
+    assert plan_length(capped, 1.0, 50, lambda: 0.5, eval_every=5,
+                       env=ONE_PROCESS).validations == 0  # told how often to validate
+    assert capped.state.total_steps == 50
+    untimed = started()
+    assert plan_length(untimed, None, 300, lambda: pytest.fail("timed without a budget"),
+                       None, ONE_PROCESS) is None
+    assert untimed.state.total_steps == 300
+    resumed = started(total_steps=80)
+    assert plan_length(resumed, 1.0, 1000, lambda: pytest.fail("a resumed run is not timed"),
+                       None, ONE_PROCESS) is None
+    assert resumed.state.total_steps == 80

@@ -100,6 +100,23 @@ def test_a_distilled_run_predicts_as_any_fine_tuned_run(teacher, tmp_path, capsy
     assert {json.loads(line)["label"] for line in stdout.splitlines()} <= {"pos", "neg"}
 
 
+def test_a_time_budget_ends_distillation_and_the_teacher_scores_with_a_progress_bar(
+        teacher, tmp_path, capsys):
+    path, train, dev = teacher
+    out = tmp_path / "student"
+    code, stdout, err = run_cli(capsys, "distill", path, "--layers", "1", "--train", train,
+                                "--validation", dev, "--out", out, "--epochs", "1000",
+                                "--minutes", "0.05", "--batch-size", "16", "--lr", "2e-3")
+    assert code == 0, err
+    # the teacher's pass over the rows before training says how far it is
+    assert "teacher scores: 100%" in err
+    assert "timing one training step to fit the run into 0.05 minutes\n" in stdout
+    assert json.loads((out / "config.json").read_text())["train"]["minutes"] == 0.05
+    steps = [record["step"] for record in map(json.loads, (out / "metrics.jsonl").open())
+             if record["kind"] == "train"]
+    assert 0 < steps[-1] < 1000 * 13  # 200 rows, 16 a step: far fewer than the epochs
+
+
 def test_a_narrowed_student_predicts(teacher, tmp_path, capsys):
     path, train, dev = teacher
     out = tmp_path / "narrow"

@@ -6,6 +6,7 @@ file that transformers' GGUF reader loads with the run's logits and greedy text,
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -49,6 +50,38 @@ def test_sentence_transformers_encodes_as_lmlab_embeds(tmp_path, family, objecti
     assert float(abs(theirs - ours).max()) <= 1e-5
     imported = import_hf(exported.out, tmp_path / "back")  # the pooling is read back
     assert (imported.embedding.pooling, imported.embedding.normalize) == (pooling, normalize)
+
+
+@pytest.mark.parametrize(("family", "objective", "pooling"), [
+    ("bert", "mlm", "cls"), ("bert", "mlm+nsp", "cls"), ("modernbert", "mlm", "mean-all"),
+    ("modern", "clm", "mean-all"), ("gpt2", "clm", "mean-all")])
+def test_sentence_transformers_loads_the_export_without_a_warning(tmp_path, capfd, caplog,
+                                                                  family, objective, pooling):
+    """Every weight the loaded class expects is in the export: a bare BertModel's pooler too
+    (the next-sentence head's where one was trained, else zeros), so transformers neither
+    draws one at random nor prints its load report."""
+    import logging
+
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+
+    run = load_run(pretrained_run(tmp_path / "run", family, objective))
+    exported = export_run(run, tmp_path / "st", format="sentence-transformers",
+                          pooling=pooling, check=False)
+    capfd.readouterr()
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING):
+        warnings.simplefilter("error")
+        model = SentenceTransformer(str(exported.out), device="cpu")
+    shown = capfd.readouterr()
+    assert "LOAD REPORT" not in shown.out + shown.err and "MISSING" not in shown.out + shown.err
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert float(abs(model.encode(TEXTS) - embed(run, TEXTS, pooling)).max()) <= 1e-5
+    if family == "bert":
+        pooler = load_file(exported.out / "model.safetensors")["pooler.dense.weight"]
+        if "nsp" in run.model.heads:  # the trained one
+            assert torch.equal(pooler, run.model.heads["nsp"].pooler.weight.detach())
+        else:
+            assert not pooler.any()
 
 
 def test_sentence_transformers_export_uses_the_pooling_the_run_records(tmp_path):

@@ -114,6 +114,29 @@ def test_classify_learns_and_the_run_predicts_at_once(runs, sentiment, held_out,
     assert first["score"] == max(first["scores"].values())
 
 
+def train_steps(out) -> list[int]:
+    return [record["step"] for record in map(json.loads, (out / "metrics.jsonl").open())
+            if record["kind"] == "train"]
+
+
+def test_a_time_budget_ends_fine_tuning_by_its_deadline(runs, sentiment, tmp_path, capsys):
+    """--minutes as pre-training keeps it: the steps planned from a timed step, re-estimated
+    from the pace as they come, far fewer than the epochs asked for."""
+    train, dev = sentiment
+    out = tmp_path / "ft"
+    code, stdout, _ = run_cli(capsys, "finetune", runs["mlm"], "--task", "classify", "--train",
+                              train, "--validation", dev, "--out", out, "--epochs", "1000",
+                              "--minutes", "0.05", *FAST)
+    assert code == 0
+    assert "timing one training step to fit the run into 0.05 minutes\n" in stdout
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert (saved["minutes"], saved["epochs"]) == (0.05, 1000)
+    steps = train_steps(out)
+    epochs_allow = 1000 * 13  # 200 rows, 16 a step
+    assert 0 < steps[-1] < epochs_allow
+    assert (out / "results.json").is_file()  # scored as any fine-tuned run
+
+
 def test_a_causal_run_keeps_causal_attention_and_pools_its_last_token(runs, sentiment,
                                                                      tmp_path, capsys):
     train, dev = sentiment

@@ -55,8 +55,36 @@ def test_the_first_step_then_the_pace_of_the_next_two_and_the_end():
     assert lines[-1] == ("0.25 steps/s (4 s a step): 97 steps left, expected to end at 12:06 "
                          "(in 6 min 28 s)")
     for step in range(14, 111):
+        clock.now += 4
         pace.step_done(step, 110)
-    assert len(lines) == 3  # nothing more: the progress bar goes on
+    assert len(lines) == 3  # at a steady pace nothing more: the progress bar goes on
+
+
+def test_the_end_is_re_estimated_as_steps_come_and_said_again_where_it_moved():
+    """A first estimate from slow early steps is revised from the pace of the latest half of
+    the steps measured, each time they double, where the end moved by more than a tenth of
+    the time then left (a fine-tuning run first said 20 min 28 s for what took 11.5 min)."""
+    lines, clock = [], Clock()
+    pace = Pace(lines.append, clock=clock, now=lambda: datetime(2026, 1, 1, 12, 0))
+    pace.starting(1000, compiling=False)
+    clock.now += 30
+    pace.step_done(1, 1000)
+    for step in range(2, 4):  # two slow steps: 2 s each
+        clock.now += 2
+        pace.step_done(step, 1000)
+    assert lines[-1] == ("0.5 steps/s (2 s a step): 997 steps left, expected to end at 12:33 "
+                         "(in 33 min 14 s)")
+    said = len(lines)
+    for step in range(4, 6):  # then 1 s a step: steps 4 and 5 double the steps measured
+        clock.now += 1
+        pace.step_done(step, 1000)
+    # from the pace of steps 4-5: 995 s left, not 2 × 995; the start of the clock is 12:00
+    assert lines[said:] == ["the pace revised: 1 steps/s (1 s a step): 995 steps left, "
+                            "expected to end at 12:16 (in 16 min 35 s)"]
+    for step in range(6, 1000):  # steady from then on: estimated again, never said again
+        clock.now += 1.05  # 5% off: within the tenth a revision needs
+        pace.step_done(step, 1000)
+    assert len(lines) == said + 1
 
 
 def test_a_run_too_short_to_measure_says_only_its_first_step():

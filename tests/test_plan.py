@@ -54,17 +54,20 @@ class FakeClock:
 
 
 def fake_steps(seconds_per_parameter_row: float, calls: list, clock: FakeClock | None = None,
-               sleep: float = 0.0):
+               slowdowns: tuple[float, ...] = (1.0,)):
     """step_seconds that reports a step time in proportion to the model's parameters and the
-    rows (moving `clock` on by `sleep` seconds a step), and notes what it was asked to time:
-    (parameters, rows, runs)."""
+    rows, its i-th run of each call slowed by slowdowns[i] (the last one repeating), as a busy
+    machine slows some; moves `clock` on by each time it reports, and notes what it was asked
+    to time: (parameters, rows, runs)."""
 
     def step_seconds(model, objective, special, rows, *args, runs, **kwargs):
         calls.append((model.num_parameters(), rows, runs))
-        for _ in range(runs):
+        for run in range(runs):
+            slowdown = slowdowns[min(run, len(slowdowns) - 1)]
+            seconds = model.num_parameters() * rows * seconds_per_parameter_row * slowdown
             if clock is not None:
-                clock.now += sleep
-            yield model.num_parameters() * rows * seconds_per_parameter_row
+                clock.now += seconds
+            yield seconds
 
     return step_seconds
 
@@ -184,31 +187,31 @@ def test_a_time_budget_hands_over_as_minutes_to_a_run_of_its_own(data, monkeypat
 
 def test_sizes_that_timing_would_take_past_a_share_of_the_budget_are_not_timed(data,
                                                                                monkeypatch):
-    calls = []
-    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(2.5e-7, calls))
+    calls, clock = [], FakeClock()
+    monkeypatch.setattr(plan_timing, "time", clock)
+    monkeypatch.setattr(plan_timing, "step_seconds", fake_steps(2.5e-7, calls, clock))
     result = plan("clm", minutes=1, data=data, sizes="tiny,mini,small,medium,base", **FAST)
     # a minute's 5% is under the least a plan may spend: 5 s for timing
-    assert result.timing_allowance_seconds == 5.0 and result.timing_seconds > 0
-    tiny, *larger = result.candidates
+    assert result.timing_allowance_seconds == 5.0
+    tiny, mini, *larger = result.candidates
     assert tiny.seconds_per_step == pytest.approx(tiny.parameters * 4 * 2.5e-7) and tiny.fits
-    # every size is probed with one row; only tiny is timed beyond that
-    assert calls == [(tiny.parameters, 1, 1), (tiny.parameters, 4, 2),
-                     *[(c.parameters, 1, 1) for c in larger]]
+    # tiny probed with one row, then timed; mini probed only: its warm-up and a step would
+    # pass the 5 s; the larger ones not even probed, as mini's row time says theirs would
+    assert calls == [(tiny.parameters, 1, 3), (tiny.parameters, 4, 2), (mini.parameters, 1, 3)]
+    estimate = mini.parameters * 4 * 2.5e-7
+    assert mini.estimated_seconds_per_step == pytest.approx(estimate)
+    assert mini.not_timed.startswith(f"not timed: its warm-up and one step would take about "
+                                     f"{2 * estimate:.3g} s (one row timed), past what is left "
+                                     f"of the plan's 5 s for timing")
     for c in larger:
-        assert (c.seconds_per_step, c.fits) == (None, False)
+        assert (c.seconds_per_step, c.estimated_seconds_per_step, c.fits) == (None, None, False)
+        assert c.not_timed.startswith("not timed: a step of one row would take about ")
+        assert c.not_timed.endswith("past what is left of the plan's 5 s for timing")
+    for c in (mini, *larger):
         assert f"warning: {c.model}: {c.not_timed}" in format_plan(result)
-        # its row's time times the batch's four rows: longer than the minute, or a warm-up
-        # and a step past what is left of the 5 s
-        estimate = c.parameters * 2.5e-7 * 4
-        assert c.not_timed.startswith(f"not timed: a step would take about {estimate:.3g} s "
-                                      f"(one row timed), longer than the whole budget"
-                                      if estimate > 60 else
-                                      f"not timed: its warm-up and one step would take about "
-                                      f"{2 * estimate:.3g} s (one row timed), past what is left "
-                                      f"of the plan's 5 s for timing")
-    assert "longer than the whole budget" in larger[-1].not_timed  # base
-    assert "past what is left" in larger[0].not_timed  # mini
-    assert result.recommended == "modern-tiny"
+    # every measurement taken was expected to end within the allowance, and did
+    assert result.timing_seconds == pytest.approx(clock.now) and clock.now <= 5.0
+    assert result.recommended == "modern-tiny" and result.fits
     assert "timing took" in format_plan(result) and "of the 5 s allowed" in format_plan(result)
 
 
@@ -218,27 +221,88 @@ def test_a_size_whose_step_outlasts_a_time_budget_is_not_timed(data, monkeypatch
     result = plan("clm", minutes=0.0005, data=data, sizes="tiny,mini", **FAST)  # 30 ms
     tiny, mini = result.candidates
     assert tiny.fits and mini.seconds_per_step is None
-    assert calls[-1] == (mini.parameters, 1, 1)  # probed, never timed
+    assert calls[-1] == (mini.parameters, 1, 3)  # probed, never timed
     assert mini.not_timed.startswith("not timed: a step would take about")
     assert mini.not_timed.endswith("(one row timed), longer than the whole budget")
 
 
-def test_a_timing_under_way_stops_once_the_allowance_is_spent(data, monkeypatch):
-    calls = []
-    clock = FakeClock()
+def test_a_timing_under_way_stops_before_a_step_would_pass_the_allowance(data, monkeypatch):
+    calls, clock = [], FakeClock()
     monkeypatch.setattr(plan_timing, "time", clock)
-    monkeypatch.setattr(plan_timing, "step_seconds",
-                        fake_steps(1e-9, calls, clock=clock, sleep=0.15))
     monkeypatch.setattr(plan_timing, "MIN_TIMING_SECONDS", 0.2)
+    tiny_parameters = 127_936  # modern-tiny with clm's head at this vocabulary and context
+    row = 0.01  # seconds, so a step of four rows takes 0.04 s
+    monkeypatch.setattr(plan_timing, "step_seconds",
+                        fake_steps(row / tiny_parameters, calls, clock))
     result = plan("clm", minutes=0.01, data=data, sizes="tiny", seq_len=32, batch_size=4,
                   steps_to_time=5)
-    # a probe, then a warm-up and five steps asked for (1.05 s in all); the 0.2 s allowance
-    # stopped the timing after its warm-up and one step
-    assert [runs for _, _, runs in calls] == [1, 6]
-    assert result.timing_allowance_seconds == 0.2
-    assert result.timing_seconds == pytest.approx(0.45)  # the probe, the warm-up and a step
     (tiny,) = result.candidates
-    assert tiny.seconds_per_step == pytest.approx(tiny.parameters * 4 * 1e-9)
+    assert tiny.parameters == tiny_parameters
+    # a probe of three rows (0.03 s), then a warm-up and five steps asked for; at 0.19 s a
+    # fourth step would end past the 0.2 s allowed, so the warm-up and three steps were taken
+    assert [runs for _, _, runs in calls] == [3, 6]
+    assert result.timing_allowance_seconds == 0.2
+    assert result.timing_seconds == pytest.approx(0.03 + 4 * 0.04)
+    assert tiny.seconds_per_step == pytest.approx(0.04)
+
+
+def test_the_fastest_of_repeated_measurements_is_kept(data, monkeypatch):
+    """A busy machine slows some steps: the probe keeps its fastest row, the timing its
+    fastest step after the warm-up, not the first or the mean."""
+    calls = []
+    monkeypatch.setattr(plan_timing, "step_seconds",
+                        fake_steps(1e-8, calls, slowdowns=(5.0, 3.0, 1.0, 2.0)))
+    result = plan("clm", minutes=1, data=data, sizes="tiny", seq_len=32, batch_size=4,
+                  steps_to_time=3)
+    (tiny,) = result.candidates
+    assert calls == [(tiny.parameters, 1, 3), (tiny.parameters, 4, 4)]
+    assert tiny.estimated_seconds_per_step == pytest.approx(tiny.parameters * 1e-8 * 4)
+    assert tiny.seconds_per_step == pytest.approx(tiny.parameters * 1e-8 * 4)
+
+
+def test_once_the_allowance_is_spent_larger_sizes_are_not_timed_and_said_so(data,
+                                                                            monkeypatch):
+    calls, clock = [], FakeClock()
+    monkeypatch.setattr(plan_timing, "time", clock)
+    # a machine so busy that tiny's first one-row step takes 6 s of the 5 s allowed
+    monkeypatch.setattr(plan_timing, "step_seconds",
+                        fake_steps(1e-8, calls, clock, slowdowns=(6 / (127_936 * 1e-8), 1.0)))
+    result = plan("clm", minutes=1, data=data, sizes="tiny,mini,small", **FAST)
+    tiny, mini, small = result.candidates
+    assert calls == [(tiny.parameters, 1, 3)]  # no second run, no other size
+    assert clock.now == pytest.approx(6)
+    assert tiny.estimated_seconds_per_step == pytest.approx(24)  # the only row, times four
+    assert tiny.not_timed.startswith("not timed: its warm-up and one step would take about")
+    for c in (mini, small):
+        assert c.not_timed == "not timed: the plan's 5 s for timing were spent on smaller sizes"
+        assert f"warning: {c.model}: {c.not_timed}" in format_plan(result)
+
+
+@pytest.mark.parametrize("budget,needed", [
+    # a step estimated at 100 s: two whole minutes
+    (["--minutes", "0.5"], ["--minutes", "2"]),
+    # three tokens buy less than a step of 4 rows of 32: one step's tokens, 100 s
+    (["--tokens", "3"], ["--tokens", "128"]),
+])
+def test_a_budget_no_candidate_fits_hands_over_the_smallest_with_the_time_it_needs(
+        data, monkeypatch, capsys, budget, needed):
+    monkeypatch.setattr(plan_timing, "step_seconds",
+                        fake_steps(25 / 127_936, [], slowdowns=(1.0,)))  # tiny: 25 s a row
+    assert main(["plan", "--objective", "clm", *budget, "--data", data, "--sizes", "tiny,mini",
+                 "--seq-len", "32", "--batch-size", "4", "--steps-to-time", "1"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    command = shown[-1]
+    words = command.split()
+    assert words[:2] == ["lmlab", "pretrain"]
+    config = config_from_args(build_parser().parse_args(words[1:]), TrainConfig)
+    assert (config.objective, config.model, config.data) == ("clm", "modern-tiny", data)
+    assert command.split(needed[0])[1].split()[0] == needed[1]
+    assert shown[-3] == ("no candidate fits the budget as timed; the command trains the "
+                         "smallest, modern-tiny, for about 2 minutes here (about 100 s a step, "
+                         "estimated from one row)" if budget[0] == "--minutes" else
+                         "no candidate fits the budget as timed; the command trains the "
+                         "smallest, modern-tiny, for about 1.67 minutes here (about 100 s a "
+                         "step, estimated from one row)")
 
 
 def test_the_help_states_the_timing_allowance(capsys):

@@ -40,7 +40,9 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
                     f"2024's refit of Hoffmann et al. 2022: {fit}; fitted to causal LMs on "
                     "MassiveText with its tokenizer, so it compares candidates and promises no "
                     "loss), the fit's compute-optimal size, and the lmlab pretrain command for "
-                    "the candidate closest to it.")
+                    "the candidate that fits closest to it, or, when none fits, for the "
+                    "smallest with the time it needs. Each size's fastest step of a few is "
+                    "kept, as a busy machine slows some.")
     specs = field_specs(TrainConfig)
     add_config_options(parser, {name: specs[name] for name in TRAINING_OPTIONS})
     budget = parser.add_argument_group("budget (exactly one)")

@@ -13,7 +13,7 @@ import numpy as np
 from lmlab.compare.analysis import Analysis, Row
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.measures import measure_of
-from lmlab.report.plots import pyplot, save_png
+from lmlab.report.plots import legend, pyplot, save_png
 
 
 def colours(cfg: CompareConfig) -> dict[str, str]:
@@ -26,7 +26,7 @@ def floor_line(axis, floor: float | None) -> None:
     if floor is None:
         return
     axis.axhline(floor, color="grey", linestyle="--", linewidth=1, label="bag-of-words")
-    axis.legend(fontsize=7)
+    legend(axis, fontsize=7)
 
 
 def plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path,
@@ -91,7 +91,7 @@ def _curves(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> None:
     axis.set_xticks(ticks, [_short(t) for t in ticks])
     axis.set_xticks([], minor=True)
     axis.set_xlabel("training FLOPs")
-    axis.legend(fontsize=7)
+    legend(axis, fontsize=7)
 
 
 def budget_ticks(flops: list[float]) -> list[float]:

@@ -8,7 +8,8 @@ the objective's own predicted share), the measured speed, the tokens the budget 
 how much higher the Chinchilla-style fit puts its loss than the lowest among the candidates
 (lmlab.compare.scaling: fitted elsewhere, so its values compare candidates and promise no
 loss). The recommendation is the candidate that fits the budget and lies closest, in log
-parameters, to the fit's compute-optimal size.
+parameters, to the fit's compute-optimal size; when none fits, the smallest, with the time it
+needs on this machine (at least one step, as a step time measured or estimated says).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class Candidate:
     flops_per_token: float  # training FLOPs, with the objective's vocabulary share
     seconds_per_step: float | None  # measured; None when not timed (see not_timed)
     not_timed: str | None  # why there is no step time: out of memory, or too slow to time
+    # a step's time estimated from one row (high: one row uses a machine less well than
+    # many); None when not probed
+    estimated_seconds_per_step: float | None
     tokens_per_second: float | None
     tokens: int  # what the budget reaches (whole steps for a time budget)
     minutes: float | None  # to train those tokens at the measured speed
@@ -86,8 +90,12 @@ class Plan:
     training_tokens: int  # in the dataset's training split
     candidates: list[Candidate]
     optimum: Optimum | None  # None when no candidate could be timed for a time budget
-    recommended: str | None  # the preset to train, when one fits
-    command: str | None  # `lmlab pretrain ...` for it
+    recommended: str  # the preset to train: the best that fits, else the smallest
+    fits: bool  # whether it fits the budget as timed
+    # When it does not: the minutes its command's budget takes on this machine, as timed or
+    # estimated (None where no step of it ran: out of memory).
+    needed_minutes: float | None
+    command: str  # `lmlab pretrain ...` for it
     warnings: list[str]
     timing_seconds: float  # spent timing the sizes
     timing_allowance_seconds: float  # what the budget allowed for it
@@ -130,13 +138,16 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     # Without an optimum no candidate trained a step, so none fits.
     best = min((c for c in candidates if c.fits),
                key=lambda c: abs(math.log(c.parameters / optimum.parameters)), default=None)
+    chosen = best or min(candidates, key=lambda c: c.parameters)
+    command_budget, needed_minutes = ((budget, None) if best else
+                                      _needed(chosen, config, budget))
     return Plan(
         objective=objective, budget=budget, seq_len=seq_len, batch_size=batch_size,
         precision=precision, device=_device_name(device), data=data,
         training_tokens=dataset.train.num_tokens, candidates=candidates, optimum=optimum,
-        recommended=None if best is None else best.model,
-        command=None if best is None else _pretrain_command(best, config, budget),
-        warnings=_warnings(candidates, dataset.train.num_tokens, best),
+        recommended=chosen.model, fits=best is not None, needed_minutes=needed_minutes,
+        command=_pretrain_command(chosen, config, command_budget),
+        warnings=_warnings(candidates, dataset.train.num_tokens),
         timing_seconds=timings.spent, timing_allowance_seconds=timings.allowance)
 
 
@@ -181,6 +192,7 @@ def _candidates(sizes: list[Size], timings: Timings, config: TrainConfig, datase
             non_embedding_parameters=size.non_embedding_parameters,
             flops_per_token=size.flops_per_token, seconds_per_step=seconds,
             not_timed=timings.untimed.get(size.name),
+            estimated_seconds_per_step=timings.estimates.get(size.name),
             tokens_per_second=tokens_per_step / seconds if measured else None, tokens=tokens,
             minutes=tokens / tokens_per_step * seconds / 60 if measured else None,
             tokens_per_parameter=tokens / size.non_embedding_parameters,
@@ -191,6 +203,24 @@ def _candidates(sizes: list[Size], timings: Timings, config: TrainConfig, datase
     lowest = min((loss for loss in losses if loss is not None), default=0.0)
     return [Candidate(**c, fit_loss_above_best=None if loss is None else loss - lowest)
             for c, loss in zip(found, losses, strict=True)]
+
+
+def _needed(candidate: Candidate, config: TrainConfig,
+            budget: Budget) -> tuple[Budget, float | None]:
+    """What `candidate`, fitting no budget as timed, needs for at least one step, as a budget
+    for its pretrain command and the minutes that takes here, at its step time (measured,
+    else estimated): for a time budget, the budget or the whole minutes a step takes if more;
+    for FLOPs and tokens, the budget's tokens or one step's if more. Where no step of it ran
+    (out of memory), the budget as given and no minutes."""
+    seconds = candidate.seconds_per_step or candidate.estimated_seconds_per_step
+    if seconds is None:
+        return budget, None
+    if budget.kind == "minutes":
+        minutes = max(budget.amount, math.ceil(seconds / 60))
+        return Budget("minutes", minutes), minutes
+    tokens_per_step = config.batch_size * config.seq_len
+    steps = max(math.ceil(candidate.tokens / tokens_per_step), 1)
+    return Budget("tokens", steps * tokens_per_step), steps * seconds / 60
 
 
 def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
@@ -205,10 +235,11 @@ def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
 
 def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget) -> str:
     """The `lmlab pretrain` that trains the plan: a time budget stays one (the run times
-    itself on the machine it runs on), others become the candidate's tokens; a run directory
-    of its own, so that it overwrites no other run."""
+    itself on the machine it runs on), a token budget stays its count, FLOPs become the
+    candidate's tokens; a run directory of its own, so that it overwrites no other run."""
     amount = (["--minutes", f"{budget.amount:g}"] if budget.kind == "minutes"
-              else ["--tokens", str(candidate.tokens)])
+              else ["--tokens", str(int(budget.amount) if budget.kind == "tokens"
+                                    else candidate.tokens)])
     words = ["lmlab", "pretrain", "--objective", config.objective, "--model", candidate.model,
              *amount, "--seq-len", str(config.seq_len), "--batch-size", str(config.batch_size)]
     if config.data is not None:
@@ -219,8 +250,7 @@ def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget)
     return shlex.join([*words, "--out", re.sub(r"[^\w.+/-]+", "-", out)])
 
 
-def _warnings(candidates: list[Candidate], training_tokens: int,
-              best: Candidate | None) -> list[str]:
+def _warnings(candidates: list[Candidate], training_tokens: int) -> list[str]:
     found = []
     for c in candidates:
         if c.not_timed is not None:
@@ -231,8 +261,6 @@ def _warnings(candidates: list[Candidate], training_tokens: int,
             found.append(f"{c.model}: {c.tokens:,} tokens are {c.passes:.1f} passes over the "
                          f"{training_tokens:,} training tokens; repeating data adds little "
                          f"beyond about {USEFUL_PASSES} (Muennighoff et al. 2023)")
-    if best is None:
-        found.append("no candidate fits the budget")
     return found
 
 

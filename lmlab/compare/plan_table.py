@@ -34,9 +34,9 @@ def format_plan(plan: Plan) -> str:
                  "2022, to causal LMs of 70M-16B parameters on 5B-500B tokens of MassiveText "
                  "with its tokenizer)")
     lines += [f"warning: {warning}" for warning in plan.warnings]
-    if plan.command is not None:
-        lines += ["", plan.command]
-    return "\n".join(lines)
+    if not plan.fits:
+        lines.append(_what_the_smallest_needs(plan))
+    return "\n".join([*lines, "", plan.command])
 
 
 def _budget(budget: Budget) -> str:
@@ -58,3 +58,15 @@ def _row(c: Candidate, recommended: bool) -> list[str]:
         format_count(c.passes) + ("!" if c.passes > USEFUL_PASSES else ""),
         "-" if c.fit_loss_above_best is None else f"+{c.fit_loss_above_best:.3f}",
     ]
+
+
+def _what_the_smallest_needs(plan: Plan) -> str:
+    """The line under a plan whose budget no candidate fits as timed."""
+    (smallest,) = (c for c in plan.candidates if c.model == plan.recommended)
+    said = (f"no candidate fits the budget as timed; the command trains the smallest, "
+            f"{smallest.model}")
+    if plan.needed_minutes is None:
+        return f"{said}, though not a step of it could be timed"
+    step = (f"{smallest.seconds_per_step:.3g} s a step" if smallest.seconds_per_step else
+            f"about {smallest.estimated_seconds_per_step:.3g} s a step, estimated from one row")
+    return f"{said}, for about {plan.needed_minutes:.3g} minutes here ({step})"

@@ -29,7 +29,8 @@ from lmlab.train.evaluate import EVAL_SEED, headline_loss
 from lmlab.train.loop import run_training
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import micro_batches_per_step, resolve, start, training
+from lmlab.train.setup import micro_batches_per_step, plan_length, resolve, start, training
+from lmlab.train.step import one_step_seconds
 from lmlab.train.warm_start import canonical_tokenizer
 
 EVAL_BLOCKS = 8
@@ -71,9 +72,12 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
                        dataset=seen_from_run(out, dataset.path), heads=None if mlm else {},
                        special_tokens=teacher.config.special_tokens)
     started = start(cfg, env, out, config, model, dataset.tokenizer_json, budgets=())
-    total = cfg.steps or max(1, math.ceil(cfg.epochs * blocks.batches_per_epoch
-                                          / accumulation))
-    started.state.total_steps = started.state.total_steps or total
+    data = PretrainingData(blocks, objective, accumulation, 0)
+    cap = cfg.steps or max(1, math.ceil(cfg.epochs * blocks.batches_per_epoch / accumulation))
+    deadline = plan_length(started, cfg.minutes, cap, lambda: accumulation * one_step_seconds(
+        model, objective, dataset.special, micro_size, cfg.seq_len, cfg.precision),
+        cfg.eval_every, env)
+    total = started.state.total_steps
     eval_blocks = [validation.batch(i).tokens
                    for i in range(min(EVAL_BLOCKS, validation.batches_per_epoch))]
     if env.is_main:
@@ -81,8 +85,7 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
               f"{model.cfg.n_layers}-layer student, d={model.cfg.d_model}, imitating "
               f"{cfg.imitate} on {cfg.data}: {total} steps")
     run_training(training(
-        cfg, env, model, out, started, objective=objective,
-        data=PretrainingData(blocks, objective, accumulation, 0),
+        cfg, env, model, out, started, objective=objective, data=data, deadline=deadline,
         schedule=Schedule(cfg.schedule, total, cfg.warmup_steps or total // 20, cfg.lr_floor),
         validate=lambda: held_out_losses(model, objective, eval_blocks, env.device),
         headline=headline_loss, eval_every=cfg.eval_every or max(1, total // 4),

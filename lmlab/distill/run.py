@@ -33,7 +33,15 @@ from lmlab.runs.schema import Reading
 from lmlab.train import distributed
 from lmlab.train.loop import Training, run_training
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
+from lmlab.train.setup import (
+    begin,
+    micro_batches_per_step,
+    plan_length,
+    resolve,
+    start,
+    training,
+)
+from lmlab.train.step import first_step_seconds
 
 TASKS = ("classify", "pairs", "regress", "ner")  # the teacher's scores are the student's targets
 
@@ -74,7 +82,8 @@ def unlabelled_examples(cfg: DistillConfig) -> list:
 def with_teacher_outputs(rows: list[Row], teacher: Run, task: Task, reading: Reading,
                          token_types: bool) -> list[Row]:
     """`rows`, each carrying the teacher's scores for it (one pass, no gradient)."""
-    outputs = row_outputs(teacher.model, task, rows, reading, token_types)
+    outputs = row_outputs(teacher.model, task, rows, reading, token_types,
+                          progress="teacher scores")
     return [replace(row, extra={**row.extra, TEACHER: teacher_scores(task, output)})
             for row, output in zip(rows, outputs, strict=True)]
 
@@ -135,13 +144,16 @@ def check_labels(cfg: DistillConfig, train: list, teacher: Run) -> None:
 
 def _training(cfg: DistillConfig, env, model: LanguageModel, started, data: TaskData,
               task: Task, out: Path, validate) -> Training:
-    """The loop's inputs, as fine-tuning sets them: a validation every epoch, the best
-    checkpoint by the task's main metric."""
-    total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
-    started.state.total_steps = started.state.total_steps or total_steps
+    """The loop's inputs, as fine-tuning sets them: its length (a time budget kept as
+    pre-training keeps one), a validation every epoch, the best checkpoint by the task's main
+    metric."""
+    cap = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
+    deadline = plan_length(started, cfg.minutes, cap, lambda: first_step_seconds(
+        model, data.task, data, cfg.precision), cfg.eval_every, env)
+    total_steps = started.state.total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
     return training(
-        cfg, env, model, out, started, objective=data.task, data=data,
+        cfg, env, model, out, started, objective=data.task, data=data, deadline=deadline,
         eval_every=cfg.eval_every or data.steps_per_epoch,
         checkpoint_every=cfg.checkpoint_every or total_steps,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),

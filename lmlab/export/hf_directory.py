@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors.torch import save
 
 from lmlab.export.hf import HF_FAMILIES, hf_config_dict, to_hf_state_dict
 from lmlab.export.targets import Target
 from lmlab.export.tokenizer_files import write_tokenizer_files
+from lmlab.model import LanguageModel
 from lmlab.runs import Run
 
 
@@ -46,7 +48,22 @@ def _weights(run: Run, target: Target) -> dict:
         prefix = token_embedding.theirs[0].split(".")[0] + "."
         state = {key.removeprefix(prefix): tensor for key, tensor in state.items()
                  if key.startswith(prefix)}
+        if target.architecture == "BertModel":
+            state = {**_bert_pooler(run.model), **state}
     return {key: tensor.detach().contiguous().cpu() for key, tensor in state.items()}
+
+
+def _bert_pooler(model: LanguageModel) -> dict[str, torch.Tensor]:
+    """The pooler a bare BertModel is built with, which loading it expects (else transformers
+    draws it at random and reports it missing): the run's own where a next-sentence or
+    classification head trained one, else zeros, as none was trained (embeddings are read
+    from the token states, never from it)."""
+    trained = {key.removeprefix("bert."): tensor
+               for key, tensor in to_hf_state_dict(model, "bert").items()
+               if key.startswith("bert.pooler.")}
+    width = model.cfg.d_model
+    return trained or {"pooler.dense.weight": torch.zeros(width, width),
+                       "pooler.dense.bias": torch.zeros(width)}
 
 
 def _generation_config(run: Run, target: Target) -> dict:

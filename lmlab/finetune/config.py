@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from lmlab.config.budget import Budget
 from lmlab.config.fields import documented
 from lmlab.config.training import LoopConfig
 from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
@@ -34,6 +35,9 @@ class FinetuneConfig(LoopConfig):
     max_len: int | None = documented(None, "tokens per input row; none = the model's context")
     epochs: float = documented(3.0, "passes over the training data")
     steps: int | None = documented(None, "optimiser steps; overrides --epochs")
+    minutes: float | None = documented(
+        None, "a time budget: the steps that fit, re-estimated from the pace as they come "
+              "(the schedule stretched to them), at most --steps or --epochs")
     attention: Literal["auto", "bidirectional", "causal"] = documented(
         "auto", "auto = causal for models pre-trained only causally, else bidirectional")
     pooling: Literal["auto", "cls", "mean", "last"] = documented(
@@ -93,6 +97,7 @@ class FinetuneConfig(LoopConfig):
             raise ValueError("fine-tuning needs --train and --validation files")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
+        Budget(self.steps, minutes=self.minutes)  # checked as pre-training's budgets are
         if self.seeds < 1:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         if self.baseline != "none":

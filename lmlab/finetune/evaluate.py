@@ -17,15 +17,16 @@ from lmlab.runs.schema import Reading
 @torch.inference_mode()
 def row_outputs(model: nn.Module, task: Task, rows: Sequence[Row], reading: Reading,
                 token_types: bool, batch_size: int = 64, precision: str = "fp32",
-                progress: bool = False) -> list:
-    """The task head's output for each row, in the order of `rows`."""
+                progress: str | None = None) -> list:
+    """The task head's output for each row, in the order of `rows`, with a progress bar
+    labelled `progress` (none without it)."""
     device = next(model.parameters()).device
     order = sorted(range(len(rows)), key=lambda index: len(rows[index].ids))
     found: list = [None] * len(rows)
     was_training = model.training
     model.eval()
     starts = range(0, len(order), batch_size)
-    for start in tqdm(starts, desc="predict", unit="batch", disable=not progress):
+    for start in tqdm(starts, desc=progress, unit="batch", disable=progress is None):
         chosen = order[start:start + batch_size]
         batch = task.batch([rows[i] for i in chosen], reading, token_types).to(device)
         with autocast(precision, device):

@@ -46,7 +46,8 @@ def predict(run: Run | str | Path, texts: Sequence[str] | None = None,
     encoder = Encoder(run.require_tokenizer(), run.special, cfg.max_len, token_types)
     rows = task.encode(examples, encoder, training=False)
     outputs = row_outputs(run.model, task, rows, Reading(cfg.attention, cfg.pooling),
-                          token_types, batch_size, progress=len(rows) > 4 * batch_size)
+                          token_types, batch_size,
+                          progress="predict" if len(rows) > 4 * batch_size else None)
     described = [task.describe(p) for p in task.predict(examples, rows, outputs)]
     if not all_scores:
         for item in described:

@@ -38,7 +38,15 @@ from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
 from lmlab.train import distributed
 from lmlab.train.loop import run_training
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
+from lmlab.train.setup import (
+    begin,
+    micro_batches_per_step,
+    plan_length,
+    resolve,
+    start,
+    training,
+)
+from lmlab.train.step import first_step_seconds
 
 
 class FinetuneError(ValueError):
@@ -130,12 +138,13 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
 
     data = TaskData(task, train_rows, reading, token_types, cfg.batch_size, micro_size,
                     cfg.seed, env.rank, env.world_size, group_by_length=not cfg.mixed_lengths)
-    total_steps = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
-    if not started.resumed:
-        started.state.total_steps = total_steps
+    cap = cfg.steps or math.ceil(cfg.epochs * data.steps_per_epoch)
+    deadline = plan_length(started, cfg.minutes, cap, lambda: first_step_seconds(
+        model, task, data, cfg.precision), cfg.eval_every, env)
+    total_steps = started.state.total_steps
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else total_steps // 10
     run_training(training(
-        cfg, env, model, out, started, objective=task, data=data,
+        cfg, env, model, out, started, objective=task, data=data, deadline=deadline,
         eval_every=cfg.eval_every or data.steps_per_epoch,
         checkpoint_every=cfg.checkpoint_every or total_steps,
         schedule=Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor),

@@ -42,6 +42,13 @@ def save_png(figure, out_path: Path) -> None:
     pyplot().close(figure)
 
 
+def legend(axis, **options) -> None:
+    """`axis`'s legend, where it has a labelled artist to show: a run stopped before its first
+    validation has none, and matplotlib warns of an empty legend."""
+    if axis.get_legend_handles_labels()[1]:
+        axis.legend(**options)
+
+
 def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str, ...] = (),
                          title: str = "") -> None:
     """Train and validation loss against step (top), the validation `scores` such as a
@@ -59,7 +66,7 @@ def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str,
             if points:
                 axes[1].plot(*zip(*points, strict=True), marker="o", label=f"validation {key}")
         axes[1].set_ylabel("score")
-        axes[1].legend()
+        legend(axes[1])
         axes[1].grid(alpha=0.3)
     loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train],
                    label="training loss (batch by batch)")
@@ -70,7 +77,7 @@ def plot_training_curves(metrics: list[dict], out_path: Path, scores: tuple[str,
     loss_axis.set_ylabel("loss (nats)")
     if title:
         loss_axis.set_title(title)
-    loss_axis.legend()
+    legend(loss_axis)
     loss_axis.grid(alpha=0.3)
     lr_axis.plot([r["step"] for r in train], [r["lr"] for r in train], color="gray")
     lr_axis.set_ylabel("learning rate")

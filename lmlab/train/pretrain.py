@@ -9,11 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lmlab.config import ModelConfig
-from lmlab.config.budget import (
-    DEADLINE_VALIDATIONS,
-    Budget,
-    steps_in_minutes,
-)
+from lmlab.config.budget import Budget
 from lmlab.config.parsing import resolve_config
 from lmlab.config.presets import preset
 from lmlab.config.training import EVAL_EVERY_STEPS, LoopConfig, TrainConfig, check_before_data
@@ -37,8 +33,16 @@ from lmlab.train.loop import LoopState, run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
 from lmlab.train.prefetch import PrefetchedData
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import begin, micro_batches_per_step, resolve, start, training
-from lmlab.train.step import step_seconds
+from lmlab.train.setup import (
+    begin,
+    budget_steps,
+    micro_batches_per_step,
+    resolve,
+    start,
+    time_budget,
+    training,
+)
+from lmlab.train.step import one_step_seconds
 from lmlab.train.warm_start import (
     InitError,
     InitSource,
@@ -107,7 +111,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                          _all_ranks_steps(budget, cfg, env, model, objective, special,
                                           micro_size, accumulation))
     objective = objective.for_run(state.total_steps)
-    deadline = None if started.resumed else _deadline(budget, cfg, model)  # resumed: as planned
+    cap = _step_cap(budget, cfg, model)
+    deadline = time_budget(budget.time_limit(cap), cap, cfg.eval_every, started.resumed)
     eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
     eval_blocks = _first_blocks(validation_blocks, eval_count)
     general = _general_blocks(cfg, env, plan, source, micro_size, eval_count)
@@ -243,25 +248,10 @@ def _title(cfg: TrainConfig, plan: ObjectivePlan) -> str:
 def _all_ranks_steps(budget: Budget, cfg: TrainConfig, env: distributed.Env,
                      model: LanguageModel, objective: Objective, special: SpecialTokens,
                      micro_size: int, accumulation: int) -> int:
-    """`_total_steps`, timed by each rank and rank 0's count taken by all."""
-    return distributed.from_rank_0(_total_steps(budget, cfg, model, objective, special,
-                                                micro_size, accumulation, env.is_main), env)
-
-
-def _total_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel, objective: Objective,
-                 special: SpecialTokens, micro_size: int, accumulation: int,
-                 announce: bool) -> int:
+    """The steps the budget plans, a time budget's from a timed step of random tokens."""
     steps = _step_cap(budget, cfg, model)
-    minutes = budget.time_limit(steps)
-    if minutes is None:
-        return steps
-    if announce:  # a step of a large model on a CPU can take minutes
-        print(f"timing one training step to fit the run into {minutes:g} minutes", flush=True)
-    # One timing, though it pays for warming up: the run's Deadline corrects the estimate.
-    (timing,) = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
-                             runs=1)
-    timed = steps_in_minutes(minutes, accumulation * timing)
-    return min(steps, timed) if steps else timed
+    return budget_steps(budget.time_limit(steps), steps, lambda: accumulation * one_step_seconds(
+        model, objective, special, micro_size, cfg.seq_len, cfg.precision), env)
 
 
 def _resumed_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel,
@@ -340,15 +330,3 @@ def _warmup_steps(cfg: TrainConfig, planned_steps: int) -> int:
 
 def _step_cap(budget: Budget, cfg: TrainConfig, model: LanguageModel) -> int | None:
     return budget.step_cap(model.num_parameters(), cfg.batch_size * cfg.seq_len)
-
-
-def _deadline(budget: Budget, cfg: TrainConfig, model: LanguageModel) -> Deadline | None:
-    """The time budget the loop keeps to; None for step and token budgets. Unless told how
-    often to validate, a time-budgeted run validates DEADLINE_VALIDATIONS times, so that even
-    a short run plots a curve."""
-    cap = _step_cap(budget, cfg, model)
-    minutes = budget.time_limit(cap)
-    if minutes is None:
-        return None
-    spread = cfg.eval_every is None
-    return Deadline(minutes, cap, DEADLINE_VALIDATIONS if spread else 0)

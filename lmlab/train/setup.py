@@ -1,8 +1,9 @@
 """The setup pre-training and fine-tuning share, in the order it must run: the processes and
 the seed, the micro-batch split, the run directory (a resumed run's settings, refusals before
 anything is written), the resume point loaded into the whole model, the wrap for DDP or FSDP2,
-the optimizer and the loop state. Each caller adds only what is its own (data, schedule,
-validation) and hands the result to the one loop."""
+the optimizer and the loop state, and the run's length under a time budget (the steps planned
+from a timed step, and the Deadline that re-estimates them as steps come). Each caller adds
+only what is its own (data, schedule, validation) and hands the result to the one loop."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from lmlab.config.budget import BUDGETS
+from lmlab.config.budget import BUDGETS, DEADLINE_VALIDATIONS, steps_in_minutes
 from lmlab.config.training import C, LoopConfig
 from lmlab.kernels.device_defaults import (
     Choice,
@@ -27,6 +28,7 @@ from lmlab.runs.layout import CONFIG, prepare_run_dir
 from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
+from lmlab.train.deadline import Deadline
 from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import LoopState, Training, restore_loop_state
 from lmlab.train.optim import make_optimizer
@@ -130,3 +132,39 @@ def training(cfg: LoopConfig, env: distributed.Env, model: LanguageModel, out: P
                     optimizer=started.optimizer, scaler=grad_scaler(cfg.precision, env.device),
                     out=out, state=started.state,
                     peak_flops=all_ranks_peak_flops(cfg.precision, env), **parts)
+
+
+def budget_steps(minutes: float | None, cap: int | None, time_step: Callable[[], float],
+                 env: distributed.Env) -> int:
+    """The steps a run plans at its start (rank 0's, for every rank): its step cap, or under
+    a time budget of `minutes` as many steps as fit at the seconds `time_step` measures, at
+    most the cap. One timing, though it pays for warming up: the run's Deadline corrects the
+    estimate as steps come."""
+    if minutes is None:
+        return cap
+    if env.is_main:  # a step of a large model on a CPU can take minutes
+        print(f"timing one training step to fit the run into {minutes:g} minutes", flush=True)
+    timed = steps_in_minutes(minutes, time_step())
+    return distributed.from_rank_0(min(cap, timed) if cap else timed, env)
+
+
+def time_budget(minutes: float | None, cap: int | None, eval_every: int | None,
+                resumed: bool) -> Deadline | None:
+    """The time budget the loop keeps to: None without one, or for a resumed run (it keeps
+    the plan made at its start). Unless told how often to validate (`eval_every`), the run
+    validates DEADLINE_VALIDATIONS times spread over the time, so that even a short run plots
+    a curve."""
+    if minutes is None or resumed:
+        return None
+    return Deadline(minutes, cap, DEADLINE_VALIDATIONS if eval_every is None else 0)
+
+
+def plan_length(started: Started, minutes: float | None, cap: int,
+                time_step: Callable[[], float], eval_every: int | None,
+                env: distributed.Env) -> Deadline | None:
+    """A task run's length, as pre-training plans its own: the steps planned for its time
+    budget (`minutes`; at most the `cap` its steps or epochs allow) set in the loop state,
+    unless resumed (a resumed run keeps its plan), and the Deadline that keeps the budget."""
+    if not started.resumed:
+        started.state.total_steps = budget_steps(minutes, cap, time_step, env)
+    return time_budget(minutes, cap, eval_every, started.resumed)

@@ -6,7 +6,7 @@ runs; the loop reads losses and counters back at its log, validation and checkpo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import torch
@@ -190,17 +190,41 @@ def step_seconds(model: LanguageModel, objective: Objective, special: SpecialTok
     tokens as training runs them (the objective's own batch and loss, so a sparse MLM head is
     timed as sparse); each time is scaled by STEP_OVERHEAD for the rest of a step. Weights do
     not change."""
-    device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(0)
     ordinary = special.ordinary_ids()
     ids = ordinary[torch.randint(len(ordinary), (rows, seq_len), generator=generator)]
+    return batches_seconds(model, objective, lambda: [objective.make_batch(ids, generator)],
+                           precision, runs)
+
+
+def one_step_seconds(model: LanguageModel, objective: Objective, special: SpecialTokens,
+                     rows: int, seq_len: int, precision: str) -> float:
+    """step_seconds, timed once (warm-up included)."""
+    (seconds,) = step_seconds(model, objective, special, rows, seq_len, precision, runs=1)
+    return seconds
+
+
+def batches_seconds(model: LanguageModel, objective, make_batches: Callable[[], list[Batch]],
+                    precision: str, runs: int) -> Iterator[float]:
+    """Time `runs` forward and backward passes of the micro-batches `make_batches` makes
+    (making them included), as training runs them; each time is scaled by STEP_OVERHEAD for
+    the rest of a step. Weights do not change."""
+    device = next(model.parameters()).device
     compute_loss = forward_loss(model, objective, compile_model=False)
     for _ in range(runs):
         start = time.perf_counter()
-        batch = objective.make_batch(ids, generator).to(device)
-        with autocast(precision, device):
-            compute_loss(batch).mean().backward()
+        for batch in make_batches():
+            with autocast(precision, device):
+                compute_loss(batch.to(device)).mean().backward()
         if device.type == "cuda":  # kernels run asynchronously: wait for them
             torch.cuda.synchronize(device)
         yield (time.perf_counter() - start) * STEP_OVERHEAD
     model.zero_grad(set_to_none=True)
+
+
+def first_step_seconds(model: LanguageModel, objective, data, precision: str) -> float:
+    """The time of a run's first step on `data` (its step data: warm-up included)."""
+    (seconds,) = batches_seconds(model, objective,
+                                 lambda: data.micro_batches(0, torch.Generator()), precision,
+                                 runs=1)
+    return seconds
