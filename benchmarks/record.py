@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -73,11 +74,30 @@ def portable(value, work: Path | None = None):
     return portable_text(value, work) if isinstance(value, str) else value
 
 
+def made_by() -> dict:
+    """The command that wrote a results file (as run from the project's root), the commit it
+    ran at (noting changes not committed) and when it finished (UTC)."""
+    import subprocess
+    from datetime import datetime, timezone
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path(script.name)
+    return {"command": " ".join(["python", str(shown), *sys.argv[1:]]),
+            "commit": git("rev-parse", "HEAD"),
+            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "made_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
 def write_results(path: Path, results: dict, work: Path | None = None) -> None:
-    """Write `results` as JSON (atomically) with portable paths; `work` is the benchmark's
-    scratch folder."""
+    """Write `results` as JSON (atomically) with portable paths, and what made it (`made_by`);
+    `work` is the benchmark's scratch folder."""
     from lmlab.atomic import write_text_atomic
 
+    results = {**results, "made_by": made_by()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(portable(results, work), indent=2) + "\n")

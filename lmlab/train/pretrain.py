@@ -12,7 +12,7 @@ from lmlab.config import ModelConfig
 from lmlab.config.budget import Budget
 from lmlab.config.parsing import resolve_config
 from lmlab.config.presets import preset
-from lmlab.config.training import EVAL_EVERY_STEPS, LoopConfig, TrainConfig, check_before_data
+from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig, check_before_data
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.general_text import general_text
 from lmlab.data.loader import BlockBatches
@@ -44,12 +44,14 @@ from lmlab.train.setup import (
 )
 from lmlab.train.step import one_step_seconds
 from lmlab.train.warm_start import (
-    InitError,
+    NEW_WEIGHTS_LR,
     InitSource,
     check_context,
     check_dataset_tokenizer,
-    how_heads_start,
+    check_head_warmup,
+    head_warmup_steps,
     load_source,
+    say_how_it_starts,
     warm_started_model,
 )
 
@@ -95,7 +97,8 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     new_heads = () if source is None else tuple(
         name for name in plan.heads if name not in source.run.model.heads)
-    _check_head_warmup(cfg, env, new_heads)
+    check_head_warmup(cfg.head_warmup_steps, cfg.init, cfg.objective, env.distributed,
+                      new_heads)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
@@ -117,10 +120,11 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     eval_blocks = _first_blocks(validation_blocks, eval_count)
     general = _general_blocks(cfg, env, plan, source, micro_size, eval_count)
     # the run's own warm-ups, even when a resume lengthens it
-    head_steps = _head_warmup_steps(cfg, env, new_heads, planned_steps or state.total_steps)
+    head_steps = head_warmup_steps(cfg.head_warmup_steps, env.distributed, new_heads,
+                                   planned_steps or state.total_steps)
     warmup = _warmup_steps(cfg, (planned_steps or state.total_steps) - head_steps)
     if source is not None and env.is_main:
-        _say_how_it_starts(source, plan, head_steps, state.total_steps)
+        say_how_it_starts(source, plan.heads, head_steps, state.total_steps)
 
     def validation() -> dict[str, float]:
         metrics = validate(model, plan.eval_objectives, eval_blocks, dataset.bytes_per_token,
@@ -272,54 +276,6 @@ def _refuse_a_passed_budget(budget: Budget, cfg: TrainConfig, model: LanguageMod
     if budget.time_limit(steps) is None and steps < trained:
         raise ValueError(f"the run has trained {trained} steps; a budget of {steps} steps "
                          "gives it nothing more to do — give a larger --steps or --tokens")
-
-
-# New weights learn at from-scratch pre-training's rate, whatever a continued body's is: a new
-# head, alone in its warm-up, at 1e-4 took 20 steps to get all-MiniLM-L6-v2's masked-LM loss
-# from 11.0 to only 8.6 nats, still above the 7.0 of token frequencies alone.
-NEW_WEIGHTS_LR = LoopConfig.lr
-# The share of a continued run whose steps train only the heads its source lacks (auto);
-# docs/continued-pretraining.md gives the measurements behind it.
-HEAD_WARMUP_SHARE = 0.1
-
-
-def _check_head_warmup(cfg: TrainConfig, env: distributed.Env, new_heads: tuple[str, ...]
-                       ) -> None:
-    """Refuse, before anything is written, a head warm-up that cannot be done as asked."""
-    if not cfg.head_warmup_steps:
-        return
-    if not new_heads:
-        raise InitError(f"--head-warmup-steps: {cfg.init} already has every head "
-                        f"{cfg.objective} trains, so there is no new head to warm up; leave "
-                        "it out")
-    if env.distributed:
-        raise InitError("--head-warmup-steps freezes the body for a while, which DDP and "
-                        "FSDP2 cannot do mid-run; give --head-warmup-steps 0 under torchrun")
-
-
-def _head_warmup_steps(cfg: TrainConfig, env: distributed.Env, new_heads: tuple[str, ...],
-                       planned_steps: int) -> int:
-    """Steps the new heads train alone: as given, else HEAD_WARMUP_SHARE of the run (none
-    when no head is new, or under torchrun: its wrappers cannot freeze the body mid-run)."""
-    if not new_heads or env.distributed:
-        return 0
-    if cfg.head_warmup_steps is not None:
-        return cfg.head_warmup_steps
-    return max(1, round(HEAD_WARMUP_SHARE * planned_steps))
-
-
-def _say_how_it_starts(source: InitSource, plan: ObjectivePlan, head_steps: int,
-                       total_steps: int) -> None:
-    """The source and its heads; the head warm-up, and a budget it leaves the body nothing
-    of."""
-    print(how_heads_start(source, plan.heads))
-    if head_steps:
-        print(f"the new heads train alone for the first {head_steps} of {total_steps} steps, "
-              "the rest of the model frozen, so their first large gradients do not reach it")
-    if head_steps >= total_steps:
-        print(f"warning: the budget ({total_steps} steps) ends within the head warm-up "
-              f"({head_steps} steps), so the body never trains; give a larger budget, or "
-              "--head-warmup-steps 0 to train everything from the start")
 
 
 def _warmup_steps(cfg: TrainConfig, planned_steps: int) -> int:
