@@ -42,10 +42,8 @@ from lmlab.train.step import step_seconds
 from lmlab.train.warm_start import (
     InitError,
     InitSource,
-    check_context,
-    check_dataset_tokenizer,
+    checked_source,
     how_heads_start,
-    load_source,
     warm_started_model,
 )
 
@@ -197,11 +195,7 @@ def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:
     and the dataset's tokenizer."""
     if cfg.init is None:
         return None
-    source = load_source(cfg.init)
-    check_context(cfg.seq_len, source)
-    check_dataset_tokenizer(dataset.tokenizer_json, dataset.special.vocab_size, cfg.data,
-                            source)
-    return source
+    return checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
 
 
 def _starting_model(cfg: TrainConfig, plan: ObjectivePlan, objective: Objective,
@@ -261,7 +255,7 @@ def _total_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel, objecti
     (timing,) = step_seconds(model, objective, special, micro_size, cfg.seq_len, cfg.precision,
                              runs=1)
     timed = steps_in_minutes(minutes, accumulation * timing)
-    return min(steps, timed) if steps else timed
+    return min(steps, timed) if steps is not None else timed
 
 
 def _resumed_steps(budget: Budget, cfg: TrainConfig, model: LanguageModel,
@@ -326,7 +320,7 @@ def _say_how_it_starts(source: InitSource, plan: ObjectivePlan, head_steps: int,
     if head_steps:
         print(f"the new heads train alone for the first {head_steps} of {total_steps} steps, "
               "the rest of the model frozen, so their first large gradients do not reach it")
-    if head_steps >= total_steps:
+    if head_steps and head_steps >= total_steps:
         print(f"warning: the budget ({total_steps} steps) ends within the head warm-up "
               f"({head_steps} steps), so the body never trains; give a larger budget, or "
               "--head-warmup-steps 0 to train everything from the start")
