@@ -13,7 +13,8 @@ from lmlab.objectives.registry import objective_names
 
 SURFACE = {
     "compare": ["--batch-size", "--budget", "--cluster", "--cpus-per-run", "--data",
-                "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--lr", "--mask-prob",
+                "--eval-tokens", "--fractions", "--gpus-per-run", "--help", "--init", "--lr",
+                "--mask-prob",
                 "--match", "--mlm-rate", "--mlm-rate-start", "--mlm-selection", "--model",
                 "--objectives", "--optimizer", "--out", "--pairs", "--precision", "--prefix-len",
                 "--probe", "--probe-epochs", "--probe-lr", "--probe-seeds", "--random-prob",
@@ -61,7 +62,8 @@ SURFACE = {
                  "--max-new-tokens", "--num-samples", "--repetition-penalty", "--seed", "--stop",
                  "--temperature", "--threads", "--top-k", "--top-p", "--truncate-left"],
     "import": ["--allow-pickle", "--help", "--out"],
-    "plan": ["--batch-size", "--data", "--family", "--flops", "--help", "--minutes", "--objective",
+    "plan": ["--batch-size", "--data", "--family", "--flops", "--help", "--init", "--minutes",
+             "--objective",
              "--out", "--precision", "--seq-len", "--sizes", "--steps-to-time", "--tokens"],
     "predict": ["--all-scores", "--batch-size", "--checkpoint", "--device", "--file", "--help",
                 "--json"],

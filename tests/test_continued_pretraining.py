@@ -139,6 +139,22 @@ def test_a_resumed_continuation_continues_exactly(source, toy, tmp_path):
     assert losses(cut) == losses(whole) and len(losses(whole)) == 3
 
 
+def test_zero_steps_keep_the_source_as_it_came(source, toy, tmp_path):
+    """--steps 0 with --init: a run of the source's weights, validated at step 0 and saved as
+    its one checkpoint, which other commands (compare's control) read as any run."""
+    out = pretraining.pretrain(TrainConfig(objective="clm", init=str(source),
+                                           out=str(tmp_path / "kept"),
+                                           **{**TINY, "steps": 0, "warmup_steps": 0}),
+                               toy)
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step-00000000"]
+    kept, given = load_run(out, "last").model.state_dict(), load_run(source).model.state_dict()
+    assert kept.keys() == given.keys()
+    assert all(torch.equal(kept[name], given[name]) for name in given)
+    records = read_metrics(out)
+    assert [(r["kind"], r["step"]) for r in records] == [("eval", 0)]
+    assert math.isfinite(records[0]["clm/clm_loss"])
+
+
 def test_a_fine_tuned_run_gives_its_backbone(source, toy, tmp_path, monkeypatch):
     labelled = tmp_path / "sentiment.tsv"
     labelled.write_text("label\tsentence\n" + "".join(

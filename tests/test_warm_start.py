@@ -10,7 +10,8 @@ import torch
 from lmlab.export.importer import import_hf
 from lmlab.model import MaskSpec
 from lmlab.model.heads import MLMHead, SequenceHead
-from lmlab.train.warm_start import InitError, load_source, split_init, warm_started_model
+from lmlab.runs.layout import split_init
+from lmlab.train.warm_start import InitError, load_source, warm_started_model
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama
 
 SOURCES = {

@@ -18,7 +18,7 @@ from lmlab.finetune.traits import TASKS
 from lmlab.objectives.options import ObjectiveOptions
 
 # The pretrain options a plan shares, with their help and defaults.
-TRAINING_OPTIONS = ("objective", "data", "seq_len", "batch_size", "precision")
+TRAINING_OPTIONS = ("objective", "data", "init", "seq_len", "batch_size", "precision")
 
 
 def add_compare_commands(commands: argparse._SubParsersAction) -> None:
@@ -72,10 +72,13 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                     "judge every pair of objectives with a paired hierarchical bootstrap and "
                     "Holm's correction. Sub-runs are ordinary runs under OUT/runs; the same "
                     "command again reuses every finished one. Writes OUT/report.html, PNGs and "
-                    "OUT/comparison.json.")
+                    "OUT/comparison.json. With --init RUN, every objective continues RUN "
+                    "instead, and none (RUN as it came) is the control each is judged "
+                    "against.")
     parser.add_argument("--objectives", required=True,
                         help="comma-separated objective specs, e.g. mlm,clm,mix:clm=1,mlm=15 "
-                             "(give a mixture's weights, so its parts read as one spec)")
+                             "(give a mixture's weights, so its parts read as one spec); "
+                             "with --init, none is the control")
     parser.add_argument("--budget", required=True,
                         help="per run at the full budget, in the unit of --match: FLOPs "
                              "(1e15), tokens (20M), steps or minutes")
@@ -93,8 +96,13 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
 
 def _add_training_options(parser: argparse.ArgumentParser) -> None:
     """What every sub-run pre-trains with."""
-    parser.add_argument("--model", default="modern-mini",
-                        help="the one preset every objective trains (family-size)")
+    parser.add_argument("--model", help="the one preset every objective trains from random "
+                                         "weights (family-size; default modern-mini)")
+    parser.add_argument("--init", metavar="RUN[:CHECKPOINT]",
+                        help="compare adaptations: every objective continues this run's "
+                             "weights (as pretrain --init), with its model and tokenizer; "
+                             "the objective none is the run as it came, trained for nothing, "
+                             "the control every adaptation is judged against")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
     parser.add_argument("--batch-size", type=int, default=32, help="rows per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
@@ -150,7 +158,7 @@ def compare_command(args: argparse.Namespace) -> int:
     from lmlab.compare.lab import compare
 
     options = {name: getattr(args, name) for name in (
-        "data", "match", "fractions", "seeds", "model", "seq_len", "batch_size", "lr",
+        "data", "match", "fractions", "seeds", "model", "init", "seq_len", "batch_size", "lr",
         "optimizer", "precision", "probes", "probe_seeds", "probe_epochs", "probe_lr", "pairs",
         "eval_tokens", "out", "workers", "report_to", "cluster", "cpus_per_run",
         "gpus_per_run")}

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.design import CONTROL, CompareConfig, SubRun, judged_pairs
 from lmlab.compare.measures import measure_of
 from lmlab.compare.phases import too_short
 from lmlab.compare.stats import Verdict, holm, paired_bootstrap, verdict
@@ -48,10 +48,28 @@ class ObjectivePairVerdict:
     def text(self) -> str:
         return self.unmeasured or self.verdict.text
 
+    @property
+    def against_control(self) -> bool:
+        return self.b == CONTROL  # judged_pairs puts the control second
+
+    @property
+    def effect(self) -> str:
+        """Against the control, what the adaptation `a` did: helps, hurts, or the verdict's
+        own words where it named no side."""
+        return {f"{self.a} better": "helps", f"{self.b} better": "hurts"}.get(self.says,
+                                                                           self.says)
+
+    @property
+    def line(self) -> str:
+        judged = (f"{self.a} {self.effect}: {self.text}"
+                  if self.against_control and self.effect in ("helps", "hurts") else self.text)
+        return f"{self.verdict.measure}: {self.a} vs {self.b}: {judged}"
+
     def to_dict(self) -> dict:
         d = self.verdict.difference
+        effect = {"effect": self.effect} if self.against_control else {}
         return {"measure": self.verdict.measure, "a": self.a, "b": self.b,
-                "says": self.says, "text": self.text,
+                "says": self.says, **effect, "text": self.text,
                 "adjusted_p": self.verdict.adjusted_p, **asdict(d)}
 
 
@@ -75,9 +93,9 @@ class Analysis:
 
     @property
     def verdict_lines(self) -> list[str]:
-        """The answer in a few lines: each verdict, then why a pair has none."""
-        return [f"{p.verdict.measure}: {p.a} vs {p.b}: {p.text}"
-                for p in self.verdicts] + self.apart
+        """The answer in a few lines: each verdict (against the control first), then why a
+        pair has none."""
+        return [p.line for p in self.verdicts] + self.apart
 
 
 def collect(cfg: CompareConfig, subs: list[SubRun]) -> tuple[dict, list[dict]]:
@@ -105,17 +123,17 @@ def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> An
     full = max(cfg.fractions)
     differences = []
     for measure in sorted({key[0] for key in scores}):
-        direction = measure_of(measure).higher_is_better
-        for a, b in itertools.combinations(cfg.objectives, 2):
+        for a, b in judged_pairs(cfg.objectives):
             if (measure, a, full) in scores and (measure, b, full) in scores:
                 differences.append((measure, a, b, paired_bootstrap(
                     scores[measure, a, full], scores[measure, b, full], resamples,
-                    higher_is_better=direction)))
+                    higher_is_better=measure_of(measure).higher_is_better)))
     adjusted = holm([d.p_value for *_, d in differences]) if differences else []
     unmeasured = too_short(ledger, full)
-    verdicts = [ObjectivePairVerdict(a, b, verdict(measure, d, p, (a, b)),
-                                     unmeasured.get(a) or unmeasured.get(b))
-                for (measure, a, b, d), p in zip(differences, adjusted, strict=True)]
+    verdicts = sorted((ObjectivePairVerdict(a, b, verdict(measure, d, p, (a, b)),
+                                            unmeasured.get(a) or unmeasured.get(b))
+                       for (measure, a, b, d), p in zip(differences, adjusted, strict=True)),
+                      key=lambda v: not v.against_control)  # against the control first
     return Analysis(scores, ledger, rows, verdicts, _crossovers(rows, cfg),
                     _apart(cfg, scores))
 
@@ -130,7 +148,7 @@ def _apart(cfg: CompareConfig, scores: dict) -> list[str]:
             f"{', '.join(measures[a]) or 'none'}; {b}: {', '.join(measures[b]) or 'none'}); "
             f"add a fine-tuning probe (--probe NAME=TASK:TRAIN:VALIDATION) or minimal pairs "
             f"(--pairs) to score both on the same ground"
-            for a, b in itertools.combinations(cfg.objectives, 2)
+            for a, b in judged_pairs(cfg.objectives)
             if not set(measures[a]) & set(measures[b])]
 
 
@@ -140,12 +158,15 @@ def _crossovers(rows: list[Row], cfg: CompareConfig) -> list[Crossover]:
     found = []
     for measure in sorted({r.measure for r in rows}):
         sign = 1 if measure_of(measure).higher_is_better else -1
-        for a, b in itertools.combinations(cfg.objectives, 2):
+        for a, b in judged_pairs(cfg.objectives):
             points = []
             for fraction in sorted(cfg.fractions):
                 ra, rb = by_key.get((measure, a, fraction)), by_key.get((measure, b, fraction))
                 if ra and rb:
-                    points.append((math.sqrt(ra.flops * rb.flops), sign * (ra.mean - rb.mean)))
+                    # between the two runs' FLOPs; against a run that trained nothing (the
+                    # control), the other's
+                    at = math.sqrt(ra.flops * rb.flops) or max(ra.flops, rb.flops)
+                    points.append((at, sign * (ra.mean - rb.mean)))
             for (x0, y0), (x1, y1) in itertools.pairwise(points):
                 if y0 * y1 < 0:
                     t = y0 / (y0 - y1)

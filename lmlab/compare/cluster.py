@@ -93,15 +93,16 @@ def _complete(sub: SubRun, cfg: CompareConfig, data: str) -> None:
 
 
 def _absolute(cfg: CompareConfig) -> CompareConfig:
-    """`cfg` with the files its tasks read named absolutely: a task's working directory is its
-    node's, not the driver's."""
+    """`cfg` with the files (and the --init run) its tasks read named absolutely: a task's
+    working directory is its node's, not the driver's."""
     def absolute(path: str | None) -> str | None:
         return path and str(Path(path).absolute())
 
     probes = tuple(replace(probe, train=absolute(probe.train),
                            validation=absolute(probe.validation), test=absolute(probe.test),
                            config=absolute(probe.config)) for probe in cfg.probes)
-    return replace(cfg, probes=probes, pairs=tuple(map(absolute, cfg.pairs)))
+    return replace(cfg, probes=probes, pairs=tuple(map(absolute, cfg.pairs)),
+                   init=absolute(cfg.init))
 
 
 def _name(sub: SubRun) -> str:

@@ -1,6 +1,11 @@
 """The design of a comparison: which objectives, on what, for how much, and the sub-runs that
 make it up.
 
+Every arm starts from the same weights: --model's, drawn at random, or with `init` a run's
+(each arm continues it as `lmlab pretrain --init` does). Beside an --init run's adaptations
+stands the control, CONTROL: the run as it came, trained for no steps, probed and scored as
+the others are; every adaptation is judged against it.
+
 Every objective trains the same backbone with the same tokenizer, data order (pre-training
 seed k shares its shuffle across objectives), context, batch and schedule shape. What is held
 equal between them is `match`: training FLOPs by default, counted with each objective's own
@@ -11,6 +16,7 @@ its schedule stretched to fit, not an early checkpoint of a longer run.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lmlab.finetune.traits import TASKS
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
+    from lmlab.config import ModelConfig
     from lmlab.data.dataset import Dataset
     from lmlab.objectives.options import ObjectiveOptions
 
@@ -28,6 +35,8 @@ MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
 BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps": "steps",
                 "time": "minutes"}
 CLUSTERS: tuple[str, ...] = ("local", "ray")  # where sub-runs train (lmlab.compare.cluster)
+CONTROL = "none"  # the arm that trains nothing: an --init run as it came
+DEFAULT_MODEL = "modern-mini"
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,8 @@ class CompareConfig:
     match: Match = "flops"
     fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
     seeds: int = 3
-    model: str = "modern-mini"
+    model: str = DEFAULT_MODEL
+    init: str | None = None  # a run every arm continues (RUN or RUN:CHECKPOINT), with its model
     seq_len: int = 128
     batch_size: int = 32
     lr: float = 1e-3
@@ -129,6 +139,12 @@ class CompareConfig:
         if len(set(self.objectives)) != len(self.objectives) or len(self.objectives) < 2:
             raise ValueError(f"compare needs two or more different objectives; got "
                              f"{', '.join(self.objectives) or 'none'}")
+        if CONTROL in self.objectives and self.init is None:
+            raise ValueError(f"the objective {CONTROL} is the control of a comparison of "
+                             f"adaptations (a run as it came, trained for nothing): give "
+                             f"--init RUN, or leave {CONTROL} out")
+        if self.init is not None and self.model != DEFAULT_MODEL:
+            raise ValueError(f"--init takes the model from {self.init}; leave out --model")
         if not self.fractions or any(not 0 < f <= 1 for f in self.fractions):
             raise ValueError(f"budget fractions must lie in (0, 1]; got {self.fractions}")
         for name in ("seeds", "probe_seeds", "workers", "eval_tokens", "seq_len",
@@ -256,6 +272,22 @@ def label(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", spec).strip("-")
 
 
+def judged_pairs(objectives: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Every pair of arms to judge: each against CONTROL first, the control always second (so
+    that "A better" reads "A helps"), then the others in the order given."""
+    pairs = [(b, a) if a == CONTROL else (a, b) for a, b in itertools.combinations(objectives, 2)]
+    return sorted(pairs, key=lambda pair: pair[1] != CONTROL)
+
+
+@dataclass(frozen=True)
+class Start:
+    """What every arm's pre-training starts from: the model it trains and, with --init, the
+    run's own objective, which the control runs for no steps (a run of the source as it came)."""
+
+    model: ModelConfig
+    objective: str | None = None  # None: random weights, and no control
+
+
 @dataclass(frozen=True)
 class SubRun:
     """One pre-training run of the comparison, and what it is owed."""
@@ -269,25 +301,35 @@ class SubRun:
     tokens_per_step: int
     predictions_per_step: float  # positions that carry a target, as the objective counts
     out: Path = field(compare=False)
+    trains: str | None = None  # the objective pre-training runs; None: `objective` itself
 
     @property
     def key(self) -> tuple[str, float, int]:
         return self.objective, self.fraction, self.seed
 
+    @property
+    def pretrains_with(self) -> str:
+        return self.trains or self.objective
 
-def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
-    """Every (objective, budget fraction, seed), with its steps under the matched budget; the
-    held-out text is checked here too, so that no design fails after training."""
+
+def sub_runs(cfg: CompareConfig, dataset: Dataset, start: Start | None = None) -> list[SubRun]:
+    """Every (objective, budget fraction, seed), with its steps under the matched budget, each
+    from `start` (None: --model's random weights); the held-out text is checked here too, so
+    that no design fails after training."""
     from lmlab.compare.measures import check_held_out
     from lmlab.config.presets import preset
     from lmlab.model.flops import objective_flops_per_token
     from lmlab.objectives.registry import build_objective
 
     check_held_out(dataset, cfg.eval_tokens)
-    model = preset(cfg.model, dataset.special.vocab_size, cfg.seq_len)
+    start = start or Start(preset(cfg.model, dataset.special.vocab_size, cfg.seq_len))
+    model = start.model
     tokens_per_step = cfg.batch_size * cfg.seq_len
     found = []
     for spec in cfg.objectives:
+        if spec == CONTROL:
+            found += _control(cfg, start, tokens_per_step)
+            continue
         objective = build_objective(spec, dataset.special, cfg.objective_settings,
                                     dataset.word_starts)
         share = objective.target_fraction(cfg.batch_size, cfg.seq_len)
@@ -309,3 +351,12 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset) -> list[SubRun]:
                     Path(cfg.out) / "runs" / label(spec) / f"budget-{fraction:g}" /
                     f"seed-{seed}"))
     return found
+
+
+def _control(cfg: CompareConfig, start: Start, tokens_per_step: int) -> list[SubRun]:
+    """The control at every budget fraction and seed: one run of no steps, the source as it
+    came (its own objective, so its heads are its own), read wherever an arm is compared."""
+    out = Path(cfg.out) / "runs" / label(CONTROL)
+    return [SubRun(CONTROL, seed, fraction, 0, None, 0.0, tokens_per_step, 0.0, out,
+                   trains=start.objective)
+            for fraction in sorted(cfg.fractions) for seed in range(cfg.seeds)]

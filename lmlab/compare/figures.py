@@ -78,13 +78,17 @@ def _seed_points(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> No
 
 def _curves(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> None:
     for objective, found in rows.items():
+        if not any(r.flops for r in found):  # trained nothing (the control): one level
+            axis.axhline(found[0].mean, color=colour[objective], linestyle=":",
+                         label=objective)
+            continue
         x = [r.flops for r in found]
         axis.plot(x, [r.mean for r in found], marker="o", color=colour[objective],
                   label=objective)
         axis.fill_between(x, [min(r.seed_means) for r in found],
                           [max(r.seed_means) for r in found], color=colour[objective],
                           alpha=0.2)
-    flops = [r.flops for found in rows.values() for r in found]
+    flops = [r.flops for found in rows.values() for r in found if r.flops]
     axis.set_xscale("log")
     axis.set_xlim(min(flops) / 1.2, max(flops) * 1.2)
     ticks = budget_ticks(flops)

@@ -21,11 +21,11 @@ from tqdm import tqdm
 
 from lmlab.atomic import make_directory, write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
-from lmlab.compare.design import CompareConfig, SubRun, sub_runs
+from lmlab.compare.design import CONTROL, CompareConfig, SubRun, sub_runs
 from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
-from lmlab.compare.subrun import complete, finished, read_warnings
+from lmlab.compare.subrun import complete, finished, read_warnings, starting_point
 from lmlab.data.dataset import Dataset, open_or_prepare
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
@@ -46,18 +46,21 @@ class Comparison:
 def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
     dataset = open_or_prepare(cfg.data)
     data = str(dataset.path)
-    subs = sub_runs(cfg, dataset)  # checks every objective and budget before writing
+    # checks --init's run, every objective and budget before writing
+    subs = sub_runs(cfg, dataset, starting_point(cfg, dataset))
     out = Path(cfg.out)
-    left = [sub for sub in subs if not finished(sub)]
+    left = [sub for sub in runs_of(subs) if not finished(sub)]
     with _cluster(cfg, left):  # joined before anything is written: a refusal leaves nothing
         _claim(out, cfg, data)
-        print(status_line(subs, left))
+        print(status_line(runs_of(subs), left))
         floors = probe_floors(cfg.probes)  # before training: a probe file that fails, fails now
         _run_all(left, cfg, data, progress)
     analysis = analyse(cfg, subs)
     warnings = run_warnings(cfg, subs, dataset)
     record = write_report(cfg, analysis, Path(data), out, floors, warnings)
-    print(f"verdicts at the full budget ({max(cfg.fractions):g}):")
+    against = (f"; each adaptation against {CONTROL}, the run as it came, first"
+               if CONTROL in cfg.objectives else "")
+    print(f"verdicts at the full budget ({max(cfg.fractions):g}){against}:")
     for line in analysis.verdict_lines:
         print(f"  {line}")
     for line in warnings:
@@ -80,12 +83,21 @@ def run_warnings(cfg: CompareConfig, subs: list[SubRun], dataset: Dataset) -> li
     from lmlab.objectives.registry import build_objective
 
     found = []
-    for spec in cfg.objectives:
-        objectives = build_objective(spec, dataset.special, cfg.objective_settings,
+    for sub in runs_of(subs):
+        objectives = build_objective(sub.pretrains_with, dataset.special,
+                                     cfg.objective_settings,
                                      dataset.word_starts).evaluated_leaves()
-        found += [f"{spec} budget {sub.fraction:g} seed {sub.seed}: {line}" for sub in subs
-                  if sub.objective == spec for line in read_warnings(sub, objectives)]
+        found += [f"{sub.objective} budget {sub.fraction:g} seed {sub.seed}: {line}"
+                  for line in read_warnings(sub, objectives)]
     return found
+
+
+def runs_of(subs: list[SubRun]) -> list[SubRun]:
+    """One sub-run per run directory: the control is one run, read at every budget and seed."""
+    first: dict = {}
+    for sub in subs:
+        first.setdefault(sub.out, sub)
+    return list(first.values())
 
 
 def status_line(subs: list[SubRun], left: list[SubRun]) -> str:

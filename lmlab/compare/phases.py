@@ -26,7 +26,8 @@ def too_short(ledger: list[dict], fraction: float) -> dict[str, str]:
     ran fewer than MIN_PHASE_STEPS steps in some seed's run."""
     found = {}
     for entry in ledger:
-        if entry["fraction"] != fraction or entry["objective"] in found:
+        # a run of no steps (the control) trained nothing by design: it is measured as it came
+        if entry["fraction"] != fraction or entry["objective"] in found or not entry["steps"]:
             continue
         for phase, steps in phases(entry["objective"], entry["steps"]):
             if steps < MIN_PHASE_STEPS:

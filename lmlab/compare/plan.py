@@ -26,6 +26,7 @@ import torch
 from lmlab.compare.plan_budget import Budget
 from lmlab.compare.plan_timing import Size, Timings, time_sizes
 from lmlab.compare.scaling import CHINCHILLA
+from lmlab.config import ModelConfig
 from lmlab.config.presets import FAMILIES, SIZES, auto_family, preset
 from lmlab.config.training import TrainConfig, check_before_data
 from lmlab.data.dataset import Dataset, open_or_prepare
@@ -33,6 +34,8 @@ from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
+from lmlab.runs.layout import CONFIG, split_init
+from lmlab.runs.schema import RunConfigError, read_run_config
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
 # repeated tokens are worth almost as much as new ones; beyond that their value fades.
@@ -109,15 +112,20 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
          data: str | Path | None = None, family: str = "auto",
          sizes: Sequence[str] | str | None = None,
          seq_len: int = TrainConfig.seq_len, batch_size: int = TrainConfig.batch_size,
-         precision: str = TrainConfig.precision, steps_to_time: int = 3) -> Plan:
+         precision: str = TrainConfig.precision, steps_to_time: int = 3,
+         init: str | Path | None = None) -> Plan:
     """Size a pre-training run of `objective` for one budget (`minutes`, `flops` or `tokens`)
     on `data` (a prepared dataset; None = the built-in corpus, prepared once). `family` is
     a family or auto (as `lmlab pretrain --model auto` chooses: modernbert for objectives
     that only read bidirectionally, else modern); `sizes` are preset sizes (default: all). Each
     is timed for `steps_to_time` steps after a warm-up one, as far as a small share of the
-    budget allows (lmlab.compare.plan_timing)."""
+    budget allows (lmlab.compare.plan_timing). With `init` (RUN or RUN:CHECKPOINT) the one
+    candidate is that run's model, as `lmlab pretrain --init` and `lmlab compare --init`
+    continue it."""
     budget = Budget.read(minutes, flops, tokens)
     data = None if data is None else str(data)
+    if init is not None and (family != "auto" or sizes is not None):
+        raise ValueError(f"--init takes the model from {init}; leave out --family and --sizes")
     sizes = _sizes(sizes)
     if family not in ("auto", *FAMILIES):
         raise ValueError(f"unknown family {family!r}; choose from auto, {', '.join(FAMILIES)}")
@@ -130,7 +138,10 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     built = build_objective(objective, dataset.special, word_starts=dataset.word_starts)
     family = auto_family(built) if family == "auto" else family
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    counted = [_size(f"{family}-{size}", config, built, dataset) for size in sizes]
+    models = ({str(init): _source_model(str(init), dataset)} if init is not None else
+              {f"{family}-{size}": preset(f"{family}-{size}", dataset.special.vocab_size,
+                                          config.seq_len) for size in sizes})
+    counted = [_size(name, model_cfg, config, built) for name, model_cfg in models.items()]
     timings = time_sizes(counted, built, dataset, config, budget, steps_to_time, device)
     candidates = _candidates(counted, timings, config, dataset, budget)
     flops_budget = _budget_flops(budget, candidates)
@@ -146,7 +157,7 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
         precision=precision, device=_device_name(device), data=data,
         training_tokens=dataset.train.num_tokens, candidates=candidates, optimum=optimum,
         recommended=chosen.model, fits=best is not None, needed_minutes=needed_minutes,
-        command=_pretrain_command(chosen, config, command_budget),
+        command=_pretrain_command(chosen, config, command_budget, init),
         warnings=_warnings(candidates, dataset.train.num_tokens),
         timing_seconds=timings.spent, timing_allowance_seconds=timings.allowance)
 
@@ -163,9 +174,22 @@ def _sizes(sizes: Sequence[str] | str | None) -> list[str]:
     return names
 
 
-def _size(name: str, config: TrainConfig, objective: Objective, dataset: Dataset) -> Size:
-    """A preset counted on the meta device: no memory, no time, whatever its size."""
-    model_cfg = preset(name, dataset.special.vocab_size, config.seq_len)
+def _source_model(init: str, dataset: Dataset) -> ModelConfig:
+    """The model of the run `init` names, which must read the dataset's vocabulary."""
+    run, _ = split_init(init)
+    try:
+        model_cfg = read_run_config(run / CONFIG).model
+    except (OSError, RunConfigError) as error:
+        raise ValueError(f"--init {init}: {run} is not a readable lmlab run ({error})") from None
+    if model_cfg.vocab_size != dataset.special.vocab_size:
+        raise ValueError(f"--init {init}: its vocabulary ({model_cfg.vocab_size} tokens) is not "
+                         f"the dataset's ({dataset.special.vocab_size}); prepare the text with "
+                         f"its tokenizer: lmlab prepare TEXT --tokenizer {run} --out DIR")
+    return model_cfg
+
+
+def _size(name: str, model_cfg: ModelConfig, config: TrainConfig, objective: Objective) -> Size:
+    """A model counted on the meta device: no memory, no time, whatever its size."""
     with torch.device("meta"):
         model = LanguageModel(model_cfg, heads=objective.heads)
     return Size(name, model_cfg, model.num_parameters(),
@@ -233,20 +257,22 @@ def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
     return max((c.tokens * c.flops_per_token for c in candidates if c.tokens), default=None)
 
 
-def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget) -> str:
+def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget,
+                      init: str | Path | None) -> str:
     """The `lmlab pretrain` that trains the plan: a time budget stays one (the run times
     itself on the machine it runs on), a token budget stays its count, FLOPs become the
     candidate's tokens; a run directory of its own, so that it overwrites no other run."""
     amount = (["--minutes", f"{budget.amount:g}"] if budget.kind == "minutes"
               else ["--tokens", str(int(budget.amount) if budget.kind == "tokens"
                                     else candidate.tokens)])
-    words = ["lmlab", "pretrain", "--objective", config.objective, "--model", candidate.model,
+    start = ["--model", candidate.model] if init is None else ["--init", str(init)]
+    words = ["lmlab", "pretrain", "--objective", config.objective, *start,
              *amount, "--seq-len", str(config.seq_len), "--batch-size", str(config.batch_size)]
     if config.data is not None:
         words += ["--data", str(config.data)]
     if config.precision != TrainConfig.precision:
         words += ["--precision", config.precision]
-    out = f"runs/{config.objective}-{candidate.model}"
+    out = f"runs/{config.objective}-{Path(candidate.model).name if init else candidate.model}"
     return shlex.join([*words, "--out", re.sub(r"[^\w.+/-]+", "-", out)])
 
 

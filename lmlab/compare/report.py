@@ -17,7 +17,7 @@ import numpy as np
 
 from lmlab.atomic import hash_file, write_text_atomic
 from lmlab.compare.analysis import Analysis, Row
-from lmlab.compare.design import BUDGET_UNITS, CompareConfig
+from lmlab.compare.design import BUDGET_UNITS, CONTROL, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
 from lmlab.compare.floors import Floors
 from lmlab.compare.layout import RECORD, REPORT
@@ -119,9 +119,15 @@ def _table(header: list[str], rows: list[list]) -> str:
 def _verdicts(analysis: Analysis) -> str:
     """The verdict table, and a sentence for each pair that shares no measure, so an empty
     table never stands without its reason."""
+    against = [v for v in analysis.verdicts if v.against_control]
+    between = [v for v in analysis.verdicts if not v.against_control]
+    control = (f"<h3>Each adaptation against {CONTROL}, the run as it came</h3>" + _table(
+        ["measure", "adaptation", "effect", "verdict"],
+        [[v.verdict.measure, v.a, v.effect, v.text] for v in against])) if against else ""
     table = _table(["measure", "A", "B", "verdict"],
-                   [[v.verdict.measure, v.a, v.b, v.text] for v in analysis.verdicts])
-    return ((table if analysis.verdicts else "")
+                   [[v.verdict.measure, v.a, v.b, v.text] for v in between])
+    return (control + (("<h3>Between adaptations</h3>" if against else "") + table
+                       if between else "")
             + "".join(f"<p>{html.escape(line)}.</p>" for line in analysis.apart))
 
 
@@ -164,7 +170,8 @@ def _page(cfg: CompareConfig, analysis: Analysis, out: Path, cpu: str,
     pictures = "".join(_inline(out / name) for name in PNGS)
     warned = ("<h2>Runs that warned</h2><ul>" + "".join(
         f"<li>{html.escape(line)}</li>" for line in warnings) + "</ul>") if warnings else ""
-    title = f"{' vs '.join(cfg.objectives)}: {cfg.model}, equal {cfg.match}"
+    start = cfg.model if cfg.init is None else f"from {cfg.init}"
+    title = f"{' vs '.join(cfg.objectives)}: {start}, equal {cfg.match}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from lmlab.atomic import atomic_write, write_text_atomic
-from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.design import CompareConfig, Start, SubRun
 from lmlab.compare.measures import (
     MINIMAL_PAIRS,
     HeldOut,
@@ -25,6 +25,7 @@ from lmlab.compare.measures import (
     probe_measure,
     text_scores,
 )
+from lmlab.data.dataset import Dataset
 from lmlab.objectives.base import Objective
 from lmlab.runs.checkpoints import PREFIX, list_checkpoints
 
@@ -62,6 +63,17 @@ def read_warnings(sub: SubRun, objectives: dict[str, Objective]) -> list[str]:
             for line in objective.warnings(evals[-1])] if evals else []
 
 
+def starting_point(cfg: CompareConfig, dataset: Dataset) -> Start | None:
+    """With --init, its run (loaded, its weights verified, its context and tokenizer checked
+    against the design's) as every arm's start; None from random weights."""
+    if cfg.init is None:
+        return None
+    from lmlab.train.warm_start import checked_source
+
+    source = checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
+    return Start(source.model_cfg, source.run.spec)
+
+
 def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None:
     """Pre-train `sub` unless that is done, in `ranks` processes (more than one: a torchrun job
     on this machine, one per GPU), then score it."""
@@ -90,8 +102,10 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
     budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
     # one validation and one checkpoint at the end: equal compute, nothing spent between
     every = sub.steps or 10**9
+    # with --init, the source's model (each arm continues it; the control for no steps)
+    start = {"model": cfg.model} if cfg.init is None else {"init": cfg.init}
     fields = dict(
-        objective=sub.objective, data=data, model=cfg.model, seq_len=cfg.seq_len,
+        objective=sub.pretrains_with, data=data, **start, seq_len=cfg.seq_len,
         batch_size=cfg.batch_size, lr=cfg.lr, optimizer=cfg.optimizer,
         precision=cfg.precision, seed=sub.seed,
         out=str(sub.out), eval_every=every, checkpoint_every=every, keep_last=1,

@@ -38,7 +38,7 @@ def format_count(count: float) -> str:
 def step_budget(steps: int | None, tokens: str | None, parameters: int,
                 tokens_per_step: int) -> int | None:
     """The steps allowed by the step and token budgets, or None when neither is set."""
-    limits = [steps] if steps else []
+    limits = [steps] if steps is not None else []
     if tokens:
         count = (CHINCHILLA_TOKENS_PER_PARAMETER * parameters if tokens == "chinchilla"
                  else parse_count(tokens))
@@ -52,7 +52,7 @@ def steps_in_minutes(minutes: float, seconds_per_step: float) -> int:
 
 def minutes_budget(minutes: float | None, steps: int | None) -> float | None:
     """The time budget: the one given, or with no budget at all DEFAULT_MINUTES."""
-    return minutes if minutes is not None else (None if steps else DEFAULT_MINUTES)
+    return minutes if minutes is not None else (None if steps is not None else DEFAULT_MINUTES)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ class Budget:
     minutes: float | None = None
 
     def __post_init__(self) -> None:
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.steps is not None and self.steps < 0:
+            raise ValueError(f"steps must be 0 or more, got {self.steps}")
         if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
             raise ValueError(f"minutes must be a positive number, got {self.minutes}")
         if self.tokens is not None and self.tokens != "chinchilla":

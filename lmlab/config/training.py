@@ -208,7 +208,8 @@ class TrainConfig(LoopConfig):
               "frozen, before everything trains; none = 10% of the run when a head is new")
     seq_len: int = documented(128, "tokens per training row")
     num_workers: int = documented(0, "data-loading worker processes")
-    steps: int | None = documented(None, "a step budget")
+    steps: int | None = documented(None, "a step budget (0 with --init: the source as it "
+                                                 "came, validated and saved)")
     tokens: str | None = documented(None, "a token budget such as 20M, or chinchilla (20 × "
                                           "parameters)")
     minutes: float | None = documented(None, "a time budget; with no budget at all, 5 "
@@ -251,6 +252,10 @@ class TrainConfig(LoopConfig):
             if given:
                 raise ValueError(f"--init takes the model from {self.init}; leave out "
                                  f"{' and '.join(given)}, which would change it")
+        if self.steps == 0 and self.init is None:
+            raise ValueError("--steps 0 trains nothing; it is for --init RUN alone (the "
+                             "source kept as it came, validated and saved as a run of its "
+                             "own): give --steps 1 or more")
         if self.head_warmup_steps is not None and self.head_warmup_steps < 0:
             raise ValueError(f"head_warmup_steps must be 0 or more, got "
                              f"{self.head_warmup_steps}")

@@ -38,6 +38,14 @@ def seen_from_run(out: Path, path: str | Path) -> str:
     return os.path.relpath(Path(path).resolve(), Path(out).resolve())
 
 
+def split_init(text: str) -> tuple[Path, str]:
+    """`RUN` or `RUN:CHECKPOINT` (best, last or a checkpoint's name) → (run, checkpoint)."""
+    if ":" not in text or Path(text).is_dir():
+        return Path(text), "best"
+    run, _, checkpoint = text.rpartition(":")
+    return Path(run), checkpoint or "best"
+
+
 def prepare_run_dir(out: Path, config: RunConfig, resume: bool, overwrite: bool,
                     tokenizer_json: str | None = None) -> Path | None:
     """Make `out` ready, with `config` and the run's tokenizer (if it has one) written;

@@ -180,7 +180,10 @@ def run_training(t: Training) -> LoopState:
             # the start a continued run is measured against; after the head warm-up when
             # there is one (its new heads are untrained at step 0)
             _validation(t, log, head_warmup_steps=t.head_warmup.steps if t.head_warmup else 0)
-        pace.starting(state.total_steps, cfg.compile)
+        if state.step == state.total_steps == 0:  # a continued run given no steps: its start
+            save_training(t)
+        else:
+            pace.starting(state.total_steps, cfg.compile)
         while state.step < state.total_steps and not stopping:
             if t.head_warmup is not None:
                 t.head_warmup.at(state.step)

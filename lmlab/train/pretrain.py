@@ -46,11 +46,9 @@ from lmlab.train.step import one_step_seconds
 from lmlab.train.warm_start import (
     NEW_WEIGHTS_LR,
     InitSource,
-    check_context,
-    check_dataset_tokenizer,
     check_head_warmup,
+    checked_source,
     head_warmup_steps,
-    load_source,
     say_how_it_starts,
     warm_started_model,
 )
@@ -206,11 +204,7 @@ def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:
     and the dataset's tokenizer."""
     if cfg.init is None:
         return None
-    source = load_source(cfg.init)
-    check_context(cfg.seq_len, source)
-    check_dataset_tokenizer(dataset.tokenizer_json, dataset.special.vocab_size, cfg.data,
-                            source)
-    return source
+    return checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
 
 
 def _starting_model(cfg: TrainConfig, plan: ObjectivePlan, objective: Objective,

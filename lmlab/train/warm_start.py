@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
@@ -24,8 +24,11 @@ from lmlab.model import LanguageModel
 from lmlab.model.heads import HEADS, Head
 from lmlab.runs import Run
 from lmlab.runs.checkpoints import previous_checkpoint, weights_sha256
-from lmlab.runs.layout import TOKENIZER
+from lmlab.runs.layout import TOKENIZER, split_init
 from lmlab.runs.run import RunLoadError, load_run
+
+if TYPE_CHECKING:
+    from lmlab.data.dataset import Dataset
 
 
 class InitError(ValueError):
@@ -51,14 +54,6 @@ class InitSource:
         return self.run.model.cfg
 
 
-def split_init(text: str) -> tuple[Path, str]:
-    """`RUN` or `RUN:CHECKPOINT` (best, last or a checkpoint's name) → (run, checkpoint)."""
-    if ":" not in text or Path(text).is_dir():
-        return Path(text), "best"
-    run, _, checkpoint = text.rpartition(":")
-    return Path(run), checkpoint or "best"
-
-
 def load_source(text: str) -> InitSource:
     """The run `text` names, loaded, with its weights verified against their checksums; a
     damaged checkpoint names the one saved before it."""
@@ -76,6 +71,15 @@ def load_source(text: str) -> InitSource:
     tokenizer = run_dir / TOKENIZER
     return InitSource(run, text, weights_sha256(run.checkpoint),
                       tokenizer.read_text() if tokenizer.is_file() else None)
+
+
+def checked_source(init: str, seq_len: int, dataset: Dataset, data: str | None) -> InitSource:
+    """The run `init` names, loaded and checked against the context asked for and the
+    dataset's tokenizer (`data` as given: None for the built-in corpus)."""
+    source = load_source(init)
+    check_context(seq_len, source)
+    check_dataset_tokenizer(dataset.tokenizer_json, dataset.special.vocab_size, data, source)
+    return source
 
 
 def check_context(seq_len: int, source: InitSource) -> None:
@@ -187,7 +191,7 @@ def say_how_it_starts(source: InitSource, heads: tuple[str, ...], head_steps: in
     if head_steps:
         print(f"the new heads train alone for the first {head_steps} of {total_steps} steps, "
               "the rest of the model frozen, so their first large gradients do not reach it")
-    if head_steps >= total_steps:
+    if head_steps and head_steps >= total_steps:
         print(f"warning: the budget ({total_steps} steps) ends within the head warm-up "
               f"({head_steps} steps), so the body never trains; give a larger budget, or "
               "--head-warmup-steps 0 to train everything from the start")
