@@ -37,6 +37,7 @@ from lmlab.train.setup import (
     begin,
     budget_steps,
     micro_batches_per_step,
+    open_run,
     resolve,
     start,
     time_budget,
@@ -84,22 +85,22 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
-    env = begin(cfg.seed)
-    out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    cfg = resolve(cfg, env, out)
+    env, out = begin(cfg.seed), Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
+    opening = open_run(cfg, env, out)
+    if opening.kind == "finished":
+        return out
+    cfg = resolve(cfg, env, opening)
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special
-    objective = build_objective(cfg.objective, special, cfg.objective_options,
-                                dataset.word_starts)
+    objective = build_objective(cfg.objective, special, cfg.objective_options, dataset.word_starts)
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
-    new_heads = () if source is None else tuple(
-        name for name in plan.heads if name not in source.run.model.heads)
+    new_heads = _new_heads(plan, source)
     _check_head_warmup(cfg, env, new_heads)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
-    started = start(cfg, env, out, _run_config(cfg, out, dataset, model.cfg, source), model,
+    started = start(cfg, env, opening, _run_config(cfg, out, dataset, model.cfg, source), model,
                     dataset.tokenizer_json if source is None else source.tokenizer_json,
                     before_writing=lambda config: _refuse_a_passed_budget(
                         Budget.of(config.train), cfg, model, trained_steps(out)))
@@ -119,7 +120,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     # the run's own warm-ups, even when a resume lengthens it
     head_steps = _head_warmup_steps(cfg, env, new_heads, planned_steps or state.total_steps)
     warmup = _warmup_steps(cfg, (planned_steps or state.total_steps) - head_steps)
-    if source is not None and env.is_main:
+    if env.is_main:
         _say_how_it_starts(source, plan, head_steps, state.total_steps)
 
     def validation() -> dict[str, float]:
@@ -308,10 +309,18 @@ def _head_warmup_steps(cfg: TrainConfig, env: distributed.Env, new_heads: tuple[
     return max(1, round(HEAD_WARMUP_SHARE * planned_steps))
 
 
-def _say_how_it_starts(source: InitSource, plan: ObjectivePlan, head_steps: int,
+def _new_heads(plan: ObjectivePlan, source: InitSource | None) -> tuple[str, ...]:
+    """The heads the objective trains that the --init source lacks (none without one)."""
+    return () if source is None else tuple(
+        name for name in plan.heads if name not in source.run.model.heads)
+
+
+def _say_how_it_starts(source: InitSource | None, plan: ObjectivePlan, head_steps: int,
                        total_steps: int) -> None:
-    """The source and its heads; the head warm-up, and a budget it leaves the body nothing
-    of."""
+    """With --init: the source and its heads; the head warm-up, and a budget it leaves the
+    body nothing of."""
+    if source is None:
+        return
     print(how_heads_start(source, plan.heads))
     if head_steps:
         print(f"the new heads train alone for the first {head_steps} of {total_steps} steps, "
