@@ -27,12 +27,12 @@ from lmlab.compare.plan_budget import Budget
 from lmlab.compare.plan_timing import Size, Timings, time_sizes
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.presets import FAMILIES, SIZES, auto_family, preset
-from lmlab.config.training import TrainConfig, check_before_data
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
-from lmlab.objectives.registry import build_objective
+from lmlab.objectives.registry import build_objective, check_before_data
 
 # Muennighoff et al. 2023, "Scaling Data-Constrained Language Models": up to about four passes,
 # repeated tokens are worth almost as much as new ones; beyond that their value fades.

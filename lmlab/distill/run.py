@@ -9,11 +9,11 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from lmlab.config.training import require_trackers
 from lmlab.distill.config import DistillConfig
 from lmlab.distill.general import distill_general
 from lmlab.distill.student import student_model
 from lmlab.distill.task import TEACHER, TaughtTask, teacher_scores
+from lmlab.extras import require_trackers
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData

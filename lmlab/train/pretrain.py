@@ -12,7 +12,7 @@ from lmlab.config import ModelConfig
 from lmlab.config.budget import Budget
 from lmlab.config.parsing import resolve_config
 from lmlab.config.presets import preset
-from lmlab.config.training import EVAL_EVERY_STEPS, LoopConfig, TrainConfig, check_before_data
+from lmlab.config.training import EVAL_EVERY_STEPS, LoopConfig, TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.general_text import general_text
 from lmlab.data.loader import BlockBatches
@@ -21,7 +21,7 @@ from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
-from lmlab.objectives.registry import build_objective
+from lmlab.objectives.registry import build_objective, check_before_data
 from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.metrics import GENERAL_TEXT
 from lmlab.runs.schema import InitRecord, RunConfig
@@ -89,10 +89,10 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     opening = open_run(cfg, env, out)
     if opening.kind == "finished":
         return out
-    cfg = resolve(cfg, env, opening)
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special
     objective = build_objective(cfg.objective, special, cfg.objective_options, dataset.word_starts)
+    cfg = resolve(cfg, env, opening, objective.reads_only_bidirectionally)
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     new_heads = _new_heads(plan, source)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lmlab.config.budget import BUDGETS, DEADLINE_VALIDATIONS, steps_in_minutes
-from lmlab.config.training import C, LoopConfig
+from lmlab.config.training import C, LoopConfig, muon_runs_with
 from lmlab.kernels.device_defaults import (
     Choice,
     allow_tf32,
@@ -58,11 +58,13 @@ def open_run(cfg: LoopConfig, env: distributed.Env, out: Path,
     return opening
 
 
-def resolve(cfg: C, env: distributed.Env, opening: Opening) -> C:
+def resolve(cfg: C, env: distributed.Env, opening: Opening,
+            reads_only_bidirectionally: bool = False) -> C:
     """The concrete config the run `opening` opened trains with (LoopConfig.concrete),
     resolved once: --precision and --compile on the run's device (auto: bf16 and compiled on a
-    GPU with bf16 tensor cores, fp32 and eager on the CPU), said in the run's first lines. A
-    resumed run left at auto keeps the precision and optimizer it was trained with. TF32 is
+    GPU with bf16 tensor cores, fp32 and eager on the CPU), said in the run's first lines, and
+    --optimizer (auto_optimizer; `reads_only_bidirectionally`: the pre-training objective's).
+    A resumed run left at auto keeps the precision and optimizer it was trained with. TF32 is
     allowed for fp32 products on CUDA."""
     facts = device_facts(env.device)
     precision = precision_for(cfg.precision, facts)
@@ -75,8 +77,19 @@ def resolve(cfg: C, env: distributed.Env, opening: Opening) -> C:
         print(f"precision {precision.value}: {precision.reason}")
         print(f"compile {'on' if compiled.value else 'off'}: {compiled.reason}"
               + ("; TF32 allowed for fp32 products" if tf32 else ""))
-    optimizer = trained_optimizer(saved) if cfg.optimizer == "auto" else None
+    optimizer = cfg.optimizer
+    if optimizer == "auto":
+        optimizer = trained_optimizer(saved) or auto_optimizer(
+            muon_runs_with(cfg.distributed, precision.value), reads_only_bidirectionally)
     return cfg.concrete(precision.value, compiled.value, optimizer)
+
+
+def auto_optimizer(muon_runs: bool, reads_only_bidirectionally: bool) -> str:
+    """What --optimizer auto stands for. Muon learned more in a fixed time than AdamW for
+    causal LM, AdamW more for masked LM, at five paired seeds (benchmarks/results/
+    time_to_quality_{clm,mlm}_defaults.json, time_to_quality_clm_5_seeds.json): Muon where it
+    runs, unless the objective only reads both ways."""
+    return "muon" if muon_runs and not reads_only_bidirectionally else "adamw"
 
 
 def micro_batches_per_step(cfg: LoopConfig, env: distributed.Env) -> tuple[int, int]:
@@ -123,7 +136,7 @@ def start(cfg: LoopConfig, env: distributed.Env, opening: Opening, config: RunCo
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
-                               name=cfg.optimizer_name,
+                               name=cfg.optimizer,
                                embedding_lr_scale=cfg.embedding_lr_scale)
     state = LoopState()
     if saved is not None:
