@@ -16,9 +16,10 @@ HEAD = """# Layout
 Every package and module of `lmlab/`, each with the first sentence of its docstring (this page
 is written from the tree by `python -m tests.layout_page`, and the suite fails when it
 differs). DESIGN's import rules hold over the module graph (tests/test_import_rules.py): no
-import circles; `train/` never imports `infer/`; `data/` never imports `objectives/`; `infer/`
-and `eval/` never import each other; `finetune/` never imports `infer/`; `model/` imports only
-`config/` and `kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`)
+import circles, among modules or among packages; `config/` imports only `config/`; `train/`
+never imports `infer/`; `data/` never imports `objectives/`; `infer/` and `eval/` never import
+each other; `finetune/` never imports `infer/`; `model/` imports only `config/` and
+`kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`)
 never reach `train/` or a task's trainer, except the modules of `compare/` that run its
 sub-runs. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
 """

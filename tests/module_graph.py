@@ -56,9 +56,26 @@ def imports() -> dict[str, frozenset[str]]:
     return graph
 
 
-def circles() -> list[list[str]]:
-    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
-    graph, index, low, stack, on_stack, found = imports(), {}, {}, [], set(), []
+def package_of(module: str) -> str:
+    """The package of lmlab that `module` belongs to (`lmlab.train.loop` → `lmlab.train`); a
+    module at the root (`lmlab.cli`) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+@cache
+def package_imports() -> dict[str, frozenset[str]]:
+    """Each package of lmlab → the other packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for module, others in imports().items():
+        package = package_of(module)
+        graph.setdefault(package, set()).update(package_of(other) for other in others)
+    return {package: frozenset(others - {package}) for package, others in graph.items()}
+
+
+def circles(graph: dict[str, frozenset[str]] | None = None) -> list[list[str]]:
+    """The strongly connected groups of more than one node of `graph` (by default the modules'
+    imports), by Tarjan's algorithm."""
+    graph, index, low, stack, on_stack, found = graph or imports(), {}, {}, [], set(), []
 
     def visit(module: str) -> None:
         index[module] = low[module] = len(index)

@@ -1,5 +1,5 @@
 """Bad pre-training options are refused in one line before the run directory is written, so
-the corrected command never meets a half-made run ("holds another run")."""
+the corrected command never meets a half-made run ("holds a run already")."""
 
 import pytest
 

@@ -74,7 +74,7 @@ def test_an_existing_run_needs_resume_or_overwrite(tmp_path, cache):
     second = lmlab("pretrain", "--objective", "clm", "--steps", "2", "--batch-size", "2",
                    "--model", "gpt2-tiny", cwd=tmp_path, cache=cache)
     assert second.returncode == 1
-    assert "holds another run; pass --resume to continue it or --overwrite" in second.stderr
+    assert "holds a run already; pass --resume to continue it or --overwrite" in second.stderr
 
 
 def test_resuming_with_another_vocabulary_is_refused(tmp_path, cache):

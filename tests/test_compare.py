@@ -254,7 +254,7 @@ def test_objective_options_at_their_defaults_continue_a_design_begun_without_the
     """However the defaults are given (none, spelled out, an ObjectiveOptions, from Python or
     the constructor), the design is the one a design.json written without options holds."""
     from lmlab.compare.lab import _claim
-    from lmlab.objectives.options import ObjectiveOptions
+    from lmlab.config.objective_options import ObjectiveOptions
 
     out = tmp_path / "lab"
     first = CompareConfig(("mlm", "clm"), budget="10", match="steps", out=str(out))

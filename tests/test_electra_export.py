@@ -6,13 +6,13 @@ from a tiny random config through the converter export uses; with either embeddi
 import pytest
 import torch
 
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.presets import preset
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.export.electra import electra_config, electra_weights
 from lmlab.export.hf import hf_config_dict
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.sharing import merge_sharing
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 
 transformers = pytest.importorskip("transformers")

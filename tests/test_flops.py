@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from lmlab.config import ModelConfig
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.mixture import steps_per_part
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 
 CFG = ModelConfig(vocab_size=1000, n_layers=2, d_model=64, n_heads=2)  # GELU MLP of 4·64 = 256

@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.presets import preset
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.finetune.config import FinetuneConfig
@@ -16,7 +17,6 @@ from lmlab.finetune.registry import make_task
 from lmlab.finetune.setup import task_model
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.sharing import DisentangledEmbedding, merge_sharing
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import WEIGHTS
 from lmlab.runs.run import load_run

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.module_graph import ROOT, circles, imports, reachable, within
+from tests.module_graph import ROOT, circles, imports, package_imports, reachable, within
 
 # (importer, imported): no module of the first package imports one of the second
 NEVER = [
@@ -39,6 +39,22 @@ def _offending(importer: str, imported: str) -> list[tuple[str, str]]:
 
 def test_no_import_circles():
     assert circles() == []
+
+
+def test_no_import_circles_among_packages():
+    """Packages as wholes: config → objectives → model → data → config was a circle though no
+    two modules formed one."""
+    assert circles(package_imports()) == []
+
+
+def test_config_imports_only_config():
+    """config/ is the bottom: it reads no other package of lmlab, not even inside a function,
+    so parsing a config loads nothing else."""
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, "lmlab.config") for other in others
+                     if not within(other, "lmlab.config"))
+    assert outside == []
+    assert package_imports()["lmlab.config"] == frozenset()
 
 
 @pytest.mark.parametrize("importer, imported", NEVER)
@@ -97,4 +113,5 @@ def test_serving_loads_no_trainer():
 def test_the_rules_see_the_whole_package():
     """A graph that read nothing would pass every rule above."""
     assert len(imports()) > 150
+    assert "lmlab.objectives" in package_imports()["lmlab.train"]
     assert "lmlab.train.loop" in reachable("lmlab.train.pretrain")

@@ -11,11 +11,11 @@ import pytest
 
 from lmlab.cli import build_parser
 from lmlab.commands.pretrain_summary import summary
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.options import config_from_args, options_of
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.train.pretrain import pretrain
 
 

@@ -3,10 +3,10 @@ pad id, the heads and the validation objectives, worked out without data or weig
 
 import pytest
 
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.training import TrainConfig
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.mlm import EVAL_MASK_RATE, MaskedLM
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.train.objective_plan import plan_objective
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.objectives import (
     Alternating,
     CausalLM,
@@ -12,7 +13,6 @@ from lmlab.objectives import (
     PrefixLM,
     SpanCorruption,
 )
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 
 

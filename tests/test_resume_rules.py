@@ -1,15 +1,20 @@
 """What `--resume` may change: a longer budget (recorded in config.json, the schedule stretched
 to it), how the run is watched; nothing else, and never a run that is not there. Bad options
-are refused before the run directory is written."""
+are refused before the run directory is written. How a command finds its --out, through the
+command line: a run there needs --resume or --overwrite, a resume asking for another run says
+so, and a finished run says it is finished without training."""
 
 import json
 
 import pytest
 
+from lmlab.cli import main
 from lmlab.config import ModelConfig
 from lmlab.config.training import TrainConfig
-from lmlab.runs.layout import RunDirError, prepare_run_dir
+from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.runs.layout import RunDirError
 from lmlab.runs.metrics import read_metrics
+from lmlab.runs.opening import open_run_dir, prepare_run_dir
 from lmlab.runs.schema import RunConfig
 from lmlab.train import pretrain as pretraining
 from lmlab.train.schedule import Schedule
@@ -47,7 +52,7 @@ def test_a_change_to_what_the_run_learns_is_refused_by_name(tmp_path, dataset):
     before = saved_config(tmp_path)
     with pytest.raises(RunDirError, match=r"changes lr 0\.003 → 0\.001, seed 0 → 1; only a "
                                           r"longer --steps"):
-        pretraining.pretrain(config(tmp_path, resume=True, lr=1e-3, seed=1), dataset)
+        pretraining.pretrain(config(tmp_path, resume=True, steps=8, lr=1e-3, seed=1), dataset)
     with pytest.raises(RunDirError, match="changes minutes None → 2.0"):
         pretraining.pretrain(config(tmp_path, resume=True, minutes=2.0), dataset)
     assert saved_config(tmp_path) == before
@@ -108,6 +113,8 @@ def test_a_longer_budget_still_applies_after_a_resume_cut_short(tmp_path, datase
     # as a resume stopped after writing config.json, before its first checkpoint, leaves it
     saved = saved_config(tmp_path)
     saved["train"]["steps"] = 8
+    saved["resumes"] = [{"from_checkpoint": "step-00000004",
+                         "changed": {"steps": {"from": 4, "to": 8}}}]
     (tmp_path / "run" / "config.json").write_text(json.dumps(saved))
     pretraining.pretrain(config(tmp_path, resume=True, steps=8), dataset)
     assert train_rows(tmp_path)[-1]["step"] == 8
@@ -123,10 +130,11 @@ def test_a_refused_budget_leaves_config_json_as_it_was(tmp_path, dataset):
 
 def test_a_run_continues_only_with_the_tokenizer_it_was_trained_with(tmp_path):
     config = RunConfig(ModelConfig(vocab_size=8), {"objective": "clm", "steps": 4})
-    prepare_run_dir(tmp_path / "run", config, resume=False, overwrite=False,
+    out = tmp_path / "run"
+    prepare_run_dir(open_run_dir(out, config.train, False, False, ()), config,
                     tokenizer_json='{"model": "one"}')
     with pytest.raises(RunDirError, match="was trained with another tokenizer"):
-        prepare_run_dir(tmp_path / "run", config, resume=True, overwrite=False,
+        prepare_run_dir(open_run_dir(out, config.train, True, False, ()), config,
                         tokenizer_json='{"model": "another of the same size"}')
     assert (tmp_path / "run" / "tokenizer.json").read_text() == '{"model": "one"}'
 
@@ -162,4 +170,78 @@ def test_a_run_saved_when_auto_was_recorded_resumes_with_muon(tmp_path, dataset)
     pretraining.pretrain(config(tmp_path, objective="mlm", model="bert-tiny", resume=True,
                                 steps=6), dataset)
     assert saved_config(tmp_path)["train"]["optimizer"] == "muon"
+    assert train_rows(tmp_path)[-1]["step"] == 6
+
+
+TINY_OPTIONS = ("--seq-len", "32", "--batch-size", "8", "--log-every", "1", "--eval-every", "2",
+                "--checkpoint-every", "2", "--warmup-steps", "1")
+
+
+@pytest.fixture
+def pretrain_cli(dataset, monkeypatch, capsys):
+    """`lmlab pretrain` on the synthetic dataset: (exit code, stdout, stderr's last line)."""
+    monkeypatch.setattr("lmlab.data.dataset.open_or_prepare", lambda path: dataset)
+
+    def run(*args):
+        capsys.readouterr()
+        code = main(["pretrain", *map(str, args), *TINY_OPTIONS])
+        out, err = capsys.readouterr()
+        return code, out, (err.strip().splitlines() or [""])[-1]
+
+    return run
+
+
+def test_a_run_there_needs_resume_or_overwrite_before_any_budget_talk(tmp_path, pretrain_cli):
+    out = tmp_path / "run"
+    assert pretrain_cli("--objective", "clm", "--model", "gpt2-tiny", "--steps", "4",
+                        "--out", out)[0] == 0
+    newest = out / "checkpoints" / "step-00000004"
+    for file in newest.iterdir():  # as a run killed after its step-2 checkpoint leaves it
+        file.unlink()
+    newest.rmdir()
+    before = saved_config(tmp_path), train_rows(tmp_path)
+    refusal = (f"lmlab: error: {out} holds a run already; pass --resume to continue it or "
+               "--overwrite to replace it (or choose another --out)")
+    # the same command again, and one whose budget the run has passed: the same one line
+    assert pretrain_cli("--objective", "clm", "--model", "gpt2-tiny", "--steps", "4",
+                        "--out", out)[::2] == (1, refusal)
+    assert pretrain_cli("--objective", "mlm", "--model", "bert-tiny", "--steps", "2",
+                        "--out", out)[::2] == (1, refusal)
+    assert (saved_config(tmp_path), train_rows(tmp_path)) == before
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step-00000002"]
+
+
+def test_a_resume_asking_for_another_run_names_it(tmp_path, pretrain_cli):
+    out = tmp_path / "run"
+    assert pretrain_cli("--objective", "clm", "--model", "gpt2-tiny", "--steps", "2",
+                        "--out", out)[0] == 0
+    before = saved_config(tmp_path)
+    code, printed, line = pretrain_cli("--objective", "mlm", "--model", "bert-tiny",
+                                       "--steps", "1", "--resume", "--out", out)
+    assert (code, line) == (1, (
+        f"lmlab: error: {out} was trained with --objective clm and --model gpt2-tiny; this asks "
+        "for --objective mlm and --model bert-tiny, which is another run: give it another "
+        "--out, or --overwrite to replace this one"))
+    assert "precision" not in printed  # refused before the run is planned
+    assert saved_config(tmp_path) == before
+
+
+def test_resuming_a_finished_run_says_so_and_trains_nothing(tmp_path, pretrain_cli):
+    out = tmp_path / "run"
+    assert pretrain_cli("--objective", "clm", "--model", "gpt2-tiny", "--steps", "4",
+                        "--out", out)[0] == 0
+    before = saved_config(tmp_path), train_rows(tmp_path)
+    for budget in ((), ("--steps", "4")):  # none given, or the run's own
+        code, printed, _ = pretrain_cli("--objective", "clm", "--model", "gpt2-tiny",
+                                        "--resume", "--out", out, *budget)
+        assert code == 0
+        assert printed.splitlines()[0] == (
+            f"{out} is finished: it trained its 4 steps, so there is nothing to resume; its "
+            f"results are in {out} (metrics.jsonl, curves.png); give --resume a larger --steps "
+            "or --tokens to train it further")
+        assert "step 5 of 4" not in printed and "starts" not in printed
+        assert (saved_config(tmp_path), train_rows(tmp_path)) == before
+    # a larger budget continues it
+    assert pretrain_cli("--objective", "clm", "--model", "gpt2-tiny", "--resume",
+                        "--steps", "6", "--out", out)[0] == 0
     assert train_rows(tmp_path)[-1]["step"] == 6

@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.heads import generator_config
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import NOTHING_LEARNED, base_rate_entropy, sample_tokens
 from lmlab.train.evaluate import ValidationWarnings

@@ -69,7 +69,7 @@ def test_embeddings_learn_faster_from_random_weights_only():
     from lmlab.finetune.config import FinetuneConfig
 
     def rate(cfg):  # as the run's concrete config has it
-        return cfg.concrete("fp32", False).embedding_lr_scale
+        return cfg.concrete("fp32", False, "adamw").embedding_lr_scale
 
     assert rate(TrainConfig()) == 10.0
     assert rate(TrainConfig(init="runs/imported")) == 1.0
@@ -81,7 +81,7 @@ def test_the_concrete_config_fills_what_the_device_decided():
     from lmlab.config.training import TrainConfig
 
     asked = TrainConfig(precision="auto", compile=None)
-    concrete = asked.concrete("bf16", True)
-    assert (concrete.precision, concrete.compile, concrete.embedding_lr_scale) == ("bf16", True,
-                                                                                  10.0)
+    concrete = asked.concrete("bf16", True, "muon")
+    assert (concrete.precision, concrete.compile, concrete.optimizer,
+            concrete.embedding_lr_scale) == ("bf16", True, "muon", 10.0)
     assert asked.precision == "auto"  # a new config, the asked one left as it was

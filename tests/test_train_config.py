@@ -3,7 +3,10 @@
 import pytest
 
 from lmlab.config.parsing import parse_value, resolve_config
-from lmlab.config.training import TrainConfig
+from lmlab.config.training import TrainConfig, muon_runs_with
+from lmlab.data.special_tokens import SpecialTokens
+from lmlab.objectives.registry import build_objective
+from lmlab.train.setup import auto_optimizer
 
 
 def test_file_then_overrides(tmp_path):
@@ -52,6 +55,8 @@ def test_unknown_field_in_a_file_is_named(tmp_path):
     ("mlm", "adamw"), ("mlm+nsp", "adamw"), ("mntp", "adamw"), ("rtd", "adamw"),
 ])
 def test_auto_optimizer_follows_what_the_objective_reads(objective, optimizer):
-    assert TrainConfig(objective=objective).optimizer_name == optimizer
+    reads = build_objective(objective, SpecialTokens.layout(1024, 100)).reads_only_bidirectionally
+    assert auto_optimizer(muon_runs_with("ddp", "fp32"), reads) == optimizer
     # Muon's update runs neither sharded nor under a loss scaler
-    assert TrainConfig(objective=objective, precision="fp16").optimizer_name == "adamw"
+    assert auto_optimizer(muon_runs_with("ddp", "fp16"), reads) == "adamw"
+    assert auto_optimizer(muon_runs_with("fsdp", "bf16"), reads) == "adamw"

@@ -10,12 +10,12 @@ from pathlib import Path
 from lmlab.commands.parsing import add_command
 from lmlab.compare.design import CLUSTERS, MATCHES
 from lmlab.compare.scaling import CHINCHILLA
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
 from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
 from lmlab.finetune.traits import TASKS
-from lmlab.objectives.options import ObjectiveOptions
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "init", "seq_len", "batch_size", "precision")

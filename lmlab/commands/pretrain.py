@@ -9,7 +9,7 @@ from pathlib import Path
 from lmlab.commands.parsing import add_command
 from lmlab.config.options import add_config_options, config_from_args
 from lmlab.config.parsing import field_specs
-from lmlab.config.training import TrainConfig, check_before_data
+from lmlab.config.training import TrainConfig
 
 
 def add_pretrain_command(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +32,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.commands.pretrain_summary import print_summary
     from lmlab.data.dataset import open_or_prepare
     from lmlab.kernels.machine import keep_freed_memory
+    from lmlab.objectives.registry import check_before_data
     from lmlab.train.pretrain import pretrain
 
     config = config_from_args(args, TrainConfig)

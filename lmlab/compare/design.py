@@ -27,8 +27,8 @@ from lmlab.finetune.traits import TASKS
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
     from lmlab.config import ModelConfig
+    from lmlab.config.objective_options import ObjectiveOptions
     from lmlab.data.dataset import Dataset
-    from lmlab.objectives.options import ObjectiveOptions
 
 Match = Literal["flops", "tokens", "steps", "time"]
 MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
@@ -132,7 +132,8 @@ class CompareConfig:
     gpus_per_run: int = 0
 
     def __post_init__(self) -> None:
-        from lmlab.config.training import muon_runs_with, require_trackers
+        from lmlab.config.training import muon_runs_with
+        from lmlab.extras import require_trackers
 
         if self.match not in MATCHES:
             raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
@@ -198,8 +199,8 @@ class CompareConfig:
     @property
     def objective_settings(self) -> ObjectiveOptions:
         """The objective options every sub-run pre-trains with."""
+        from lmlab.config.objective_options import ObjectiveOptions
         from lmlab.config.parsing import check_field
-        from lmlab.objectives.options import ObjectiveOptions
 
         given = dict(self.objective_options or {})
         for name in given:
@@ -244,7 +245,7 @@ class CompareConfig:
 def _changed_options(given: Mapping[str, Any] | ObjectiveOptions | None) -> dict | None:
     """Only the options that differ from their defaults (None if none do): a design given
     them spelled out is the same design, and continues a comparison begun without them."""
-    from lmlab.objectives.options import ObjectiveOptions
+    from lmlab.config.objective_options import ObjectiveOptions
 
     defaults = vars(ObjectiveOptions())
     if isinstance(given, ObjectiveOptions):

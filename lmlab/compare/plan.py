@@ -28,12 +28,12 @@ from lmlab.compare.plan_timing import Size, Timings, time_sizes
 from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config import ModelConfig
 from lmlab.config.presets import FAMILIES, SIZES, auto_family, preset
-from lmlab.config.training import TrainConfig, check_before_data
+from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
-from lmlab.objectives.registry import build_objective
+from lmlab.objectives.registry import build_objective, check_before_data
 from lmlab.runs.layout import CONFIG, split_init
 from lmlab.runs.schema import RunConfigError, read_run_config
 

@@ -1,6 +1,9 @@
-"""Configuration, at the bottom of the import graph: typed frozen dataclasses (model.py), field
-help (fields.py), generic parsing (parsing.py), settings files (settings_file.py) and options
-generated from the fields (options.py). Nothing needs train/ or data/ to parse a config."""
+"""Configuration, at the bottom of the import graph: typed frozen dataclasses (model.py,
+training.py, the objective's options in objective_options.py), field help (fields.py), generic
+parsing (parsing.py), settings files (settings_file.py) and options generated from the fields
+(options.py). It imports nothing of lmlab outside config/, so parsing a config loads no other
+package; what a config leaves to "auto" is resolved where the run's device and objective are
+known (lmlab/train/setup.py)."""
 
 from lmlab.config.model import ModelConfig
 

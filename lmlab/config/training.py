@@ -11,15 +11,13 @@ Parsing (defaults → a YAML or TOML file → command-line overrides) is generic
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Literal, TypeVar
 
 from lmlab.config.budget import DEADLINE_VALIDATIONS, Budget
 from lmlab.config.fields import check_choices, documented
-from lmlab.extras import require_extra
-from lmlab.objectives.options import ObjectiveOptions
+from lmlab.config.objective_options import ObjectiveOptions
 
 # Steps between validations when neither the run nor its time budget decides.
 EVAL_EVERY_STEPS = 200
@@ -36,32 +34,6 @@ def trackers_named(report_to: str | None) -> tuple[str, ...]:
             raise ValueError(f"report_to: unknown tracker {name!r}; choose from "
                              f"{', '.join(TRACKERS)} (comma-separated)")
     return names
-
-
-# The module each tracker imports to start; importing it is the check that it works.
-TRACKER_MODULES = {"tensorboard": "torch.utils.tensorboard", "mlflow": "mlflow.tracking",
-                   "trackio": "trackio", "wandb": "wandb"}
-
-
-def require_trackers(report_to: str | None) -> tuple[str, ...]:
-    """The trackers `report_to` names, each refused in one line, before anything is written,
-    when its package is missing or installed but broken (it fails to import)."""
-    names = trackers_named(report_to)
-    for name in names:  # each tracker's package, and lmlab's extra installing it, is its name
-        require_extra(name, name, f"--report-to {name}")
-        try:
-            importlib.import_module(TRACKER_MODULES[name])
-        except Exception as error:  # whatever a broken package raises, it is one line
-            raise ValueError(f"--report-to {name}: the installed {name} package fails to "
-                             f"import ({_first_line(error)}); reinstall it with pip install "
-                             f"--force-reinstall 'lmlab[{name}]', or leave out --report-to "
-                             f"{name}") from None
-    return names
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else ""
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 Optimizer = Literal["auto", "adamw", "muon"]
@@ -140,7 +112,7 @@ class LoopConfig:
             raise ValueError(f"embedding_lr_scale must be a positive number, got {scale}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
-        trackers_named(self.report_to)  # their packages: require_trackers, once, at the start
+        trackers_named(self.report_to)  # their packages: lmlab.extras.require_trackers, once
         if self.optimizer == "muon" and not self.muon_runs:
             raise ValueError("--optimizer muon works with DDP and fp32 or bf16; use "
                              "--optimizer adamw with --distributed fsdp or --precision fp16")
@@ -151,24 +123,13 @@ class LoopConfig:
     def muon_runs(self) -> bool:
         return muon_runs_with(self.distributed, self.precision)
 
-    @property
-    def optimizer_name(self) -> str:
-        """The optimizer `optimizer` stands for: "auto" resolved."""
-        if self.optimizer != "auto":
-            return self.optimizer
-        return "muon" if self.muon_runs and self._muon_by_default() else "adamw"
-
-    def concrete(self: C, precision: str, compile: bool, optimizer: str | None = None) -> C:
-        """The config a run trains with, as config.json records it: the precision and compile
-        the device resolved, the optimizer (`optimizer`, else what auto stands for) and the
-        embeddings' learning-rate multiple as a number."""
+    def concrete(self: C, precision: str, compile: bool, optimizer: str) -> C:
+        """The config a run trains with, as config.json records it: the precision, compile and
+        optimizer resolved where the run's device and objective are known (lmlab/train/
+        setup.py), and the embeddings' learning-rate multiple as a number."""
         scale = self.embedding_lr_scale
-        return replace(self, precision=precision, compile=compile,
-                       optimizer=optimizer or self.optimizer_name,
+        return replace(self, precision=precision, compile=compile, optimizer=optimizer,
                        embedding_lr_scale=self._embedding_lr_default() if scale is None else scale)
-
-    def _muon_by_default(self) -> bool:
-        return True
 
     def _embedding_lr_default(self) -> float:
         return 1.0
@@ -224,17 +185,6 @@ class TrainConfig(LoopConfig):
     def budget(self) -> Budget:
         return Budget(self.steps, self.tokens, self.minutes)
 
-    def _muon_by_default(self) -> bool:
-        """Muon learned more in a fixed time than AdamW for causal LM, AdamW more for masked
-        LM, at five paired seeds (benchmarks/results/time_to_quality_{clm,mlm}_defaults.json,
-        time_to_quality_clm_5_seeds.json): Muon unless the objective only reads both ways."""
-        from lmlab.data.special_tokens import SpecialTokens
-        from lmlab.objectives.registry import build_objective
-
-        objective = build_objective(self.objective, SpecialTokens.layout(1024, 100),
-                                    self.objective_options)
-        return not objective.reads_only_bidirectionally
-
     def _embedding_lr_default(self) -> float:
         """From random weights the embeddings learn at 10 times the rate (measured to learn
         more in a fixed time for both causal and masked LM); weights a run continues keep
@@ -266,16 +216,3 @@ class TrainConfig(LoopConfig):
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")
         self.budget  # noqa: B018 — checked as it is read
-
-
-def check_before_data(config: TrainConfig) -> None:
-    """Catch a bad objective, preset or tracker before minutes are spent preparing data
-    (imported here: parsing a config loads no torch)."""
-    from lmlab.config.presets import preset
-    from lmlab.data.special_tokens import SpecialTokens
-    from lmlab.objectives.registry import build_objective
-
-    require_trackers(config.report_to)
-    build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
-    if config.model != "auto":
-        preset(config.model, vocab_size=1024)

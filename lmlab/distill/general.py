@@ -29,7 +29,14 @@ from lmlab.train.evaluate import EVAL_SEED, headline_loss
 from lmlab.train.loop import run_training
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
-from lmlab.train.setup import micro_batches_per_step, plan_length, resolve, start, training
+from lmlab.train.setup import (
+    micro_batches_per_step,
+    open_run,
+    plan_length,
+    resolve,
+    start,
+    training,
+)
 from lmlab.train.step import one_step_seconds
 from lmlab.train.warm_start import canonical_tokenizer
 
@@ -57,7 +64,10 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
     model = student_model(teacher.model, cfg, lambda shape: (
         {"mlm": make_head("mlm", shape)} if mlm else {})).to(env.device)
     out = Path(cfg.out or "runs/distilled")
-    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, out)
+    opening = open_run(cfg, env, out, budgets=())
+    if opening.kind == "finished":
+        return out
+    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, opening)
     relation_heads = math.gcd(teacher.model.cfg.kv_heads, model.cfg.kv_heads)
     objective = TeacherSignals(MaskedLM(dataset.special), teacher.model, relation_heads,
                                cfg.imitate, cfg.temperature)
@@ -71,7 +81,7 @@ def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
     config = RunConfig(model.cfg, {**cfg.to_dict(), "objective": "mlm"},
                        dataset=seen_from_run(out, dataset.path), heads=None if mlm else {},
                        special_tokens=teacher.config.special_tokens)
-    started = start(cfg, env, out, config, model, dataset.tokenizer_json, budgets=())
+    started = start(cfg, env, opening, config, model, dataset.tokenizer_json, budgets=())
     data = PretrainingData(blocks, objective, accumulation, 0)
     cap = cfg.steps or max(1, math.ceil(cfg.epochs * blocks.batches_per_epoch / accumulation))
     deadline = plan_length(started, cfg.minutes, cap, lambda: accumulation * one_step_seconds(

@@ -9,11 +9,11 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from lmlab.config.training import require_trackers
 from lmlab.distill.config import DistillConfig
 from lmlab.distill.general import distill_general
 from lmlab.distill.student import student_model
 from lmlab.distill.task import TEACHER, TaughtTask, teacher_scores
+from lmlab.extras import require_trackers
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData
@@ -36,6 +36,7 @@ from lmlab.train.schedule import Schedule
 from lmlab.train.setup import (
     begin,
     micro_batches_per_step,
+    open_run,
     plan_length,
     resolve,
     start,
@@ -106,7 +107,10 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
     model = student_model(teacher.model, cfg, lambda shape: {
         task.head: make_head(task.head, shape, **task.head_options())}).to(env.device)
     out = Path(cfg.out or f"runs/distill-{cfg.task}")
-    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, out)
+    opening = open_run(cfg, env, out, budgets=())
+    if opening.kind == "finished":
+        return out
+    cfg = resolve(replace(cfg, lr=cfg.lr or default_lr(model.cfg.d_model)), env, opening)
     reading, token_types = Reading(cfg.attention, cfg.pooling), model.cfg.type_vocab_size > 0
     encoder = Encoder(teacher.require_tokenizer(), teacher.special, cfg.max_len, token_types)
     taught_rows = with_teacher_outputs(
@@ -114,7 +118,7 @@ def distill(teacher_path: str | Path, cfg: DistillConfig) -> Path:
         teacher, task, reading, token_types)
     validation_rows = task.encode(splits.validation, encoder, training=False)
     micro_size, _ = micro_batches_per_step(cfg, env)
-    started = start(cfg, env, out, _run_config(out, cfg, teacher, model, task), model,
+    started = start(cfg, env, opening, _run_config(out, cfg, teacher, model, task), model,
                     encoder.tokenizer.to_str(), budgets=())
     if env.is_main:
         print(f"distilling {teacher_path} ({teacher.model.cfg.n_layers} layers) into a "

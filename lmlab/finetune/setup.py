@@ -14,8 +14,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from lmlab.config.training import require_trackers
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.extras import require_trackers
 from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr
@@ -41,6 +41,7 @@ from lmlab.train.schedule import Schedule
 from lmlab.train.setup import (
     begin,
     micro_batches_per_step,
+    open_run,
     plan_length,
     resolve,
     start,
@@ -115,22 +116,23 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
                   floor: dict | None = None) -> tuple[Path, dict | None]:
     """One fine-tuning run of `cfg.seed`, and the bag-of-words floor when `cfg.baseline` asks
     for it (fitted unless `floor` is given)."""
-    env = begin(cfg.seed)
+    env, out = begin(cfg.seed), _out_dir(cfg)
+    opening = open_run(cfg, env, out, budgets=())
+    if opening.kind == "finished":
+        return out, floor
     pretrained = _load_pretrained(source, cfg)
     tokenizer = pretrained.require_tokenizer()
     splits = read_splits(cfg)
     cfg = resolved(cfg, pretrained, splits)
     task = make_task(cfg, splits.labels, splits.train)
-    cfg = resolve(cfg, env, _out_dir(cfg))  # said once the inputs are accepted
+    cfg = resolve(cfg, env, opening)  # said once the inputs are accepted
     reading = Reading(cfg.attention, cfg.pooling)
     model = task_model(pretrained.model, task, cfg.dropout).to(env.device)
     token_types = model.cfg.type_vocab_size > 0
     encoder = Encoder(tokenizer, pretrained.special, cfg.max_len, token_types)
     train_rows, validation_rows = _encoded(task, splits, encoder, env.is_main)
-
-    out = _out_dir(cfg)
     micro_size, _ = micro_batches_per_step(cfg, env)  # checked before writing
-    started = start(cfg, env, out, _run_config(out, cfg, pretrained, model, task), model,
+    started = start(cfg, env, opening, _run_config(out, cfg, pretrained, model, task), model,
                     tokenizer.to_str(), budgets=())
     if env.is_main:
         print(_description(source, cfg, task, len(train_rows), pretrained))

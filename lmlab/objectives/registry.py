@@ -1,6 +1,7 @@
 """Objective specs as users write them, e.g. `mlm`, `mlm+nsp`, `mix:clm=1,mlm=15`,
 `alternate:clm,mlm@1000`, `then:clm,mlm@0.75`, turned into Objective instances: the one
-name → class table."""
+name → class table; and the check a pre-training config's objective (with its preset and
+trackers) passes before any data is prepared."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from collections.abc import Callable
 
 from torch import Tensor
 
+from lmlab.config.objective_options import ObjectiveOptions
+from lmlab.config.presets import preset
+from lmlab.config.training import TrainConfig
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.extras import require_trackers
 from lmlab.objectives.base import Objective
 from lmlab.objectives.clm import CausalLM
 from lmlab.objectives.mixture import Alternating, Mixture
 from lmlab.objectives.mlm import LinearRate, MaskedLM
 from lmlab.objectives.nsp import MaskedLMWithNSP
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.objectives.prefix_lm import PrefixLM
 from lmlab.objectives.rtd import ReplacedTokenDetection
 from lmlab.objectives.sequence import Then
@@ -140,3 +144,12 @@ def _still_open(spec: str, part: str) -> bool:
     if kind == "mix" and rest:
         return "=" in part
     return kind in ("alternate", "then") and bool(rest) and "@" not in rest
+
+
+def check_before_data(config: TrainConfig) -> None:
+    """Catch a bad objective, preset or tracker before minutes are spent preparing data: the
+    objective built on a stand-in vocabulary, the preset at a stand-in size."""
+    require_trackers(config.report_to)
+    build_objective(config.objective, SpecialTokens.layout(1024, 100), config.objective_options)
+    if config.model != "auto":
+        preset(config.model, vocab_size=1024)

@@ -4,10 +4,10 @@ A checkpoint is a directory `step-00001234/` holding `model.safetensors` (whole 
 the run was sharded), `state.pt` (optimizer, loop and data position: tensors and plain values
 only, loaded with weights_only=True), under FSDP2 one `optimizer-rank-N.pt` per rank instead of
 the optimizer in `state.pt`, and `manifest.json` with the SHA-256 of each file (and, from
-training, the run's best checkpoint so far, so finding it reads no state). Readers verify
-every file against the manifest before using it; a mismatch names the file and the previous
-good checkpoint. `publish_checkpoint` writes one; training adds FSDP2 shards and pruning
-(lmlab/train/checkpoint.py).
+training, the run's best checkpoint so far and whether the run ended there, so finding either
+reads no state). Readers verify every file against the manifest before using it; a mismatch
+names the file and the previous good checkpoint. `publish_checkpoint` writes one; training adds
+FSDP2 shards and pruning (lmlab/train/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MANIFEST = "manifest.json"
 WEIGHTS = "model.safetensors"
 PREFIX = "step-"
 BEST = "best_checkpoint"  # the manifest's record of the run's best checkpoint when it was saved
+FINISHED = "finished"  # the manifest's record that the run ended there (planned steps done)
 
 
 class CheckpointError(RuntimeError):

@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 from lmlab.atomic import write_text_atomic
 from lmlab.config import ModelConfig
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES
-from lmlab.objectives.options import ObjectiveOptions
 from lmlab.runs.old_names import current_heads
 
 Settings = TypeVar("Settings")

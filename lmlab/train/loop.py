@@ -24,7 +24,7 @@ from torch import nn
 from lmlab.config.training import LoopConfig
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
-from lmlab.runs.checkpoints import BEST, checkpoint_name, list_checkpoints
+from lmlab.runs.checkpoints import BEST, FINISHED, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
@@ -316,7 +316,7 @@ def _validate_and_save(t: Training, log: MetricsLog, skipped: SkippedSteps,
             print(f"\nstopping early at step {state.step}: no better validation in "
                   f"{cfg.patience} evaluations")
     if improved or saving or early_stop:
-        save_training(t)
+        save_training(t, ended=finished or early_stop)
     return early_stop
 
 
@@ -331,16 +331,16 @@ def _validation(t: Training, log: MetricsLog, **noted: float) -> dict[str, float
     return metrics
 
 
-def save_training(t: Training) -> None:
-    """Rank 0 writes the checkpoint; under FSDP2 every rank gathers weights and writes its
-    optimizer shard."""
+def save_training(t: Training, ended: bool) -> None:
+    """Rank 0 writes the checkpoint (`ended`: the run ends with it); under FSDP2 every rank
+    gathers weights and writes its optimizer shard."""
     sharded = distributed.is_sharded(t.model)
     if not (t.env.is_main or sharded):
         return
     directory = t.out / CHECKPOINTS
     weights = distributed.full_weights(t.model)
     loop_state = {"loop": vars(t.state).copy()}
-    metadata = {BEST: t.state.best_checkpoint}  # in the manifest: found without the state
+    metadata = {BEST: t.state.best_checkpoint, FINISHED: ended}  # read without the state
     if sharded:
         save_checkpoint(directory, t.state.step, weights, loop_state, metadata,
                         shard=distributed.local_optimizer_state(t.optimizer), env=t.env)

@@ -12,7 +12,7 @@ from lmlab.config import ModelConfig
 from lmlab.config.budget import Budget
 from lmlab.config.parsing import resolve_config
 from lmlab.config.presets import preset
-from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig, check_before_data
+from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
 from lmlab.data.dataset import Dataset, open_or_prepare
 from lmlab.data.general_text import general_text
 from lmlab.data.loader import BlockBatches
@@ -21,7 +21,7 @@ from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
-from lmlab.objectives.registry import build_objective
+from lmlab.objectives.registry import build_objective, check_before_data
 from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.metrics import GENERAL_TEXT
 from lmlab.runs.schema import InitRecord, RunConfig
@@ -37,6 +37,7 @@ from lmlab.train.setup import (
     begin,
     budget_steps,
     micro_batches_per_step,
+    open_run,
     resolve,
     start,
     time_budget,
@@ -49,6 +50,7 @@ from lmlab.train.warm_start import (
     check_head_warmup,
     checked_source,
     head_warmup_steps,
+    heads_it_lacks,
     say_how_it_starts,
     warm_started_model,
 )
@@ -84,23 +86,23 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
-    env = begin(cfg.seed)
-    out = Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    cfg = resolve(cfg, env, out)
+    env, out = begin(cfg.seed), Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
+    opening = open_run(cfg, env, out)
+    if opening.kind == "finished":
+        return out
     source = _init_source(cfg, dataset)
     special = dataset.special if source is None else source.run.special
-    objective = build_objective(cfg.objective, special, cfg.objective_options,
-                                dataset.word_starts)
+    objective = build_objective(cfg.objective, special, cfg.objective_options, dataset.word_starts)
+    cfg = resolve(cfg, env, opening, objective.reads_only_bidirectionally)
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
-    new_heads = () if source is None else tuple(
-        name for name in plan.heads if name not in source.run.model.heads)
+    new_heads = heads_it_lacks(plan.heads, source)
     check_head_warmup(cfg.head_warmup_steps, cfg.init, cfg.objective, env.distributed,
                       new_heads)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
-    started = start(cfg, env, out, _run_config(cfg, out, dataset, model.cfg, source), model,
+    started = start(cfg, env, opening, _run_config(cfg, out, dataset, model.cfg, source), model,
                     dataset.tokenizer_json if source is None else source.tokenizer_json,
                     before_writing=lambda config: _refuse_a_passed_budget(
                         Budget.of(config.train), cfg, model, trained_steps(out)))
@@ -121,7 +123,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     head_steps = head_warmup_steps(cfg.head_warmup_steps, env.distributed, new_heads,
                                    planned_steps or state.total_steps)
     warmup = _warmup_steps(cfg, (planned_steps or state.total_steps) - head_steps)
-    if source is not None and env.is_main:
+    if env.is_main:
         say_how_it_starts(source, plan.heads, head_steps, state.total_steps)
 
     def validation() -> dict[str, float]:

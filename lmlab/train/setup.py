@@ -1,9 +1,11 @@
 """The setup pre-training and fine-tuning share, in the order it must run: the processes and
-the seed, the micro-batch split, the run directory (a resumed run's settings, refusals before
-anything is written), the resume point loaded into the whole model, the wrap for DDP or FSDP2,
-the optimizer and the loop state, and the run's length under a time budget (the steps planned
-from a timed step, and the Deadline that re-estimates them as steps come). Each caller adds
-only what is its own (data, schedule, validation) and hands the result to the one loop."""
+the seed, the run directory opened (new, resumed, overwritten or finished: one answer each,
+lmlab/runs/opening.py, before anything is planned), the micro-batch split, the directory
+written (a resumed run's settings, refusals before anything is written), the resume point
+loaded into the whole model, the wrap for DDP or FSDP2, the optimizer and the loop state, and
+the run's length under a time budget (the steps planned from a timed step, and the Deadline
+that re-estimates them as steps come). Each caller adds only what is its own (data, schedule,
+validation) and hands the result to the one loop."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lmlab.config.budget import BUDGETS, DEADLINE_VALIDATIONS, steps_in_minutes
-from lmlab.config.training import C, LoopConfig
+from lmlab.config.training import C, LoopConfig, muon_runs_with
 from lmlab.kernels.device_defaults import (
     Choice,
     allow_tf32,
@@ -24,15 +26,15 @@ from lmlab.kernels.device_defaults import (
 )
 from lmlab.kernels.precision import grad_scaler
 from lmlab.model import LanguageModel
-from lmlab.runs.layout import CONFIG, prepare_run_dir
-from lmlab.runs.schema import RunConfig, RunConfigError, read_run_config
+from lmlab.runs.opening import Opening, open_run_dir, prepare_run_dir
+from lmlab.runs.resume import resumed_config, trained_optimizer
+from lmlab.runs.schema import RunConfig
 from lmlab.train import distributed
 from lmlab.train.checkpoint import load_resume_checkpoint
 from lmlab.train.deadline import Deadline
 from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import LoopState, Training, restore_loop_state
 from lmlab.train.optim import make_optimizer
-from lmlab.train.resume import resumed_config, trained_optimizer
 
 
 def begin(seed: int) -> distributed.Env:
@@ -43,15 +45,30 @@ def begin(seed: int) -> distributed.Env:
     return env
 
 
-def resolve(cfg: C, env: distributed.Env, out: Path) -> C:
-    """The concrete config the run in `out` trains with (LoopConfig.concrete), resolved once:
-    --precision and --compile on the run's device (auto: bf16 and compiled on a GPU with bf16
-    tensor cores, fp32 and eager on the CPU), said in the run's first lines. A resumed run left
-    at auto keeps the precision and optimizer it was trained with. TF32 is allowed for fp32
-    products on CUDA."""
+def open_run(cfg: LoopConfig, env: distributed.Env, out: Path,
+             budgets: tuple[str, ...] = BUDGETS) -> Opening:
+    """How the run directory `out` opens for `cfg` (lmlab/runs/opening.py), decided on rank 0
+    for every rank before anything is planned or written; a finished run is said so, and its
+    setup then trains nothing. `budgets` are the fields a resume may lengthen."""
+    opening = distributed.from_rank_0(
+        open_run_dir(out, cfg.to_dict(), cfg.resume, cfg.overwrite, budgets)
+        if env.is_main else None, env)
+    if opening.kind == "finished" and env.is_main:
+        print(opening.finished_line(budgets))
+    return opening
+
+
+def resolve(cfg: C, env: distributed.Env, opening: Opening,
+            reads_only_bidirectionally: bool = False) -> C:
+    """The concrete config the run `opening` opened trains with (LoopConfig.concrete),
+    resolved once: --precision and --compile on the run's device (auto: bf16 and compiled on a
+    GPU with bf16 tensor cores, fp32 and eager on the CPU), said in the run's first lines, and
+    --optimizer (auto_optimizer; `reads_only_bidirectionally`: the pre-training objective's).
+    A resumed run left at auto keeps the precision and optimizer it was trained with. TF32 is
+    allowed for fp32 products on CUDA."""
     facts = device_facts(env.device)
     precision = precision_for(cfg.precision, facts)
-    saved = _saved_settings(out) if cfg.resume else {}
+    saved = opening.saved.train if opening.resumed else {}
     if cfg.precision == "auto" and saved.get("precision") is not None:
         precision = Choice(saved["precision"], "as the run resumed was trained")
     compiled = compile_for(cfg.compile, facts)
@@ -60,15 +77,19 @@ def resolve(cfg: C, env: distributed.Env, out: Path) -> C:
         print(f"precision {precision.value}: {precision.reason}")
         print(f"compile {'on' if compiled.value else 'off'}: {compiled.reason}"
               + ("; TF32 allowed for fp32 products" if tf32 else ""))
-    optimizer = trained_optimizer(saved) if cfg.optimizer == "auto" else None
+    optimizer = cfg.optimizer
+    if optimizer == "auto":
+        optimizer = trained_optimizer(saved) or auto_optimizer(
+            muon_runs_with(cfg.distributed, precision.value), reads_only_bidirectionally)
     return cfg.concrete(precision.value, compiled.value, optimizer)
 
 
-def _saved_settings(out: Path) -> dict:
-    try:
-        return read_run_config(out / CONFIG).train
-    except (OSError, RunConfigError):
-        return {}  # no run there: resume refuses it in its own words
+def auto_optimizer(muon_runs: bool, reads_only_bidirectionally: bool) -> str:
+    """What --optimizer auto stands for. Muon learned more in a fixed time than AdamW for
+    causal LM, AdamW more for masked LM, at five paired seeds (benchmarks/results/
+    time_to_quality_{clm,mlm}_defaults.json, time_to_quality_clm_5_seeds.json): Muon where it
+    runs, unless the objective only reads both ways."""
+    return "muon" if muon_runs and not reads_only_bidirectionally else "adamw"
 
 
 def micro_batches_per_step(cfg: LoopConfig, env: distributed.Env) -> tuple[int, int]:
@@ -93,27 +114,29 @@ class Started:
     resumed: bool
 
 
-def start(cfg: LoopConfig, env: distributed.Env, out: Path, config: RunConfig,
+def start(cfg: LoopConfig, env: distributed.Env, opening: Opening, config: RunConfig,
           model: LanguageModel, tokenizer_json: str | None,
           budgets: tuple[str, ...] = BUDGETS,
           before_writing: Callable[[RunConfig], None] | None = None) -> Started:
-    """Open the run directory `out` for `config` and make `model` (on its device, unwrapped)
-    ready to train. `budgets` are the config fields a resume may lengthen; `before_writing`
-    sees the config the run will have and may refuse it before anything is written."""
-    if cfg.resume:
-        config = resumed_config(out, config, budgets)
+    """Write the run directory `opening` opened, with `config`, and make `model` (on its
+    device, unwrapped) ready to train. `budgets` are the config fields a resume may lengthen;
+    `before_writing` sees the config the run will have and may refuse it before anything is
+    written."""
+    if opening.resumed:
+        config = resumed_config(opening, config, budgets)
     if before_writing is not None:
         before_writing(config)
-    resume_from = (prepare_run_dir(out, config, cfg.resume, cfg.overwrite, tokenizer_json)
-                   if env.is_main else None)
-    resume_from = distributed.broadcast_path(resume_from, env)
-    if cfg.resume and resume_from is None and env.is_main:
-        print(f"{out} has no checkpoint yet: starting from step 0")
+    if env.is_main:
+        prepare_run_dir(opening, config, tokenizer_json)
+    distributed.barrier(env)  # the directory is written before any rank reads it
+    resume_from = opening.checkpoint if opening.resumed else None
+    if opening.resumed and resume_from is None and env.is_main:
+        print(f"{opening.out} has no checkpoint yet: starting from step 0")
     # into the whole model, before sharding
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
-                               name=cfg.optimizer_name,
+                               name=cfg.optimizer,
                                embedding_lr_scale=cfg.embedding_lr_scale)
     state = LoopState()
     if saved is not None:

@@ -183,10 +183,18 @@ def head_warmup_steps(steps: int | None, distributed: bool, new_heads: tuple[str
     return max(1, round(HEAD_WARMUP_SHARE * planned_steps))
 
 
-def say_how_it_starts(source: InitSource, heads: tuple[str, ...], head_steps: int,
+def heads_it_lacks(heads: tuple[str, ...], source: InitSource | None) -> tuple[str, ...]:
+    """The `heads` an objective trains that the --init source lacks (none without one)."""
+    return () if source is None else tuple(
+        name for name in heads if name not in source.run.model.heads)
+
+
+def say_how_it_starts(source: InitSource | None, heads: tuple[str, ...], head_steps: int,
                       total_steps: int) -> None:
-    """The source and its heads; the head warm-up, and a budget it leaves the body nothing
-    of."""
+    """With --init: the source and its heads; the head warm-up, and a budget it leaves the
+    body nothing of."""
+    if source is None:
+        return
     print(how_heads_start(source, heads))
     if head_steps:
         print(f"the new heads train alone for the first {head_steps} of {total_steps} steps, "

@@ -5,13 +5,12 @@ config.json then records each change with the checkpoint it took effect at."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from lmlab.config.budget import BUDGETS
 from lmlab.config.training import muon_runs_with
-from lmlab.runs.checkpoints import list_checkpoints
-from lmlab.runs.layout import CHECKPOINTS, CONFIG, RunDirError
-from lmlab.runs.schema import Resume, RunConfig, RunConfigError, read_run_config
+from lmlab.runs.layout import RunDirError
+from lmlab.runs.opening import Opening
+from lmlab.runs.schema import Resume, RunConfig
 
 # Fields that say how a run is watched or stored, not what it learns: free on resume.
 WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
@@ -21,13 +20,13 @@ WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", 
 SAVED_BEFORE = {"embedding_lr_scale": 1.0}
 
 
-def resumed_config(out: Path, config: RunConfig,
+def resumed_config(opening: Opening, config: RunConfig,
                    budgets: tuple[str, ...] = BUDGETS) -> RunConfig:
-    """The configuration a `--resume` of the run in `out` continues with: the saved run's,
-    with `config`'s changes to watching fields and `budgets` applied, each change recorded (a
-    budget left out on resume is the saved one; a step or token budget may grow).
-    Any other change, or no run in `out`, is refused in one line naming the fields."""
-    saved = _saved(out)
+    """The configuration a `--resume` of the run `opening` found continues with: the saved
+    run's, with `config`'s changes to watching fields and `budgets` applied, each change
+    recorded (a budget left out on resume is the saved one; a step or token budget may grow).
+    Any other change is refused in one line naming the fields."""
+    out, saved = opening.out, opening.saved
     filled = {name: value for name, value in SAVED_BEFORE.items()
               if saved.train.get(name) is None and config.train.get(name) is not None}
     saved = replace(saved, train={**saved.train, **filled,
@@ -48,8 +47,8 @@ def resumed_config(out: Path, config: RunConfig,
                           "use --overwrite, or another --out)")
     history = saved.resumes
     if changed:
-        checkpoints = list_checkpoints(out / CHECKPOINTS)
-        history = (*history, Resume(checkpoints[-1].name if checkpoints else None, changed))
+        newest = opening.checkpoint
+        history = (*history, Resume(newest.name if newest else None, changed))
     return replace(config, train=asked, resumes=history)
 
 
@@ -60,14 +59,3 @@ def trained_optimizer(saved: dict) -> str | None:
         return saved.get("optimizer")
     ran = muon_runs_with(saved.get("distributed", "ddp"), saved.get("precision", "fp32"))
     return "muon" if ran else "adamw"
-
-
-def _saved(out: Path) -> RunConfig:
-    if not (out / CONFIG).is_file():
-        raise RunDirError(f"--resume: {out} holds no run to continue; leave out --resume to "
-                          "start one there")
-    try:
-        return read_run_config(out / CONFIG)
-    except RunConfigError as error:
-        raise RunDirError(f"{out / CONFIG}: {error}") from None
-
