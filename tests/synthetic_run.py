@@ -15,8 +15,8 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.synthetic import MarkovChain
 from lmlab.objectives import SpecialTokens
-from lmlab.train.loop import RunStopped
 from lmlab.train.pretrain import pretrain
+from lmlab.train.stopping import RunStopped
 
 N_SYMBOLS = 50
 FIRST_ID = 7

@@ -11,9 +11,9 @@ from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.train import pretrain as pretraining
 from lmlab.train import step
+from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline
 from lmlab.train.distributed import Env
-from lmlab.train.loop import LoopState
 from lmlab.train.setup import Started, plan_length
 
 ONE_PROCESS = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))

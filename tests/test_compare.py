@@ -14,7 +14,8 @@ import pytest
 import lmlab
 from lmlab.cli import main
 from lmlab.compare.analysis import analyse
-from lmlab.compare.design import CompareConfig, Probe, SubRun, label, sub_runs
+from lmlab.compare.arms import SubRun, sub_runs
+from lmlab.compare.design import CompareConfig, Probe, label
 from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
 from lmlab.compare.subrun import complete
 from lmlab.config.presets import preset

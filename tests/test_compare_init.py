@@ -11,7 +11,8 @@ import torch
 
 from lmlab.cli import main
 from lmlab.compare.analysis import analyse
-from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.arms import SubRun
+from lmlab.compare.design import CompareConfig
 from lmlab.compare.layout import RECORD, REPORT
 from lmlab.compare.measures import BITS_PER_BYTE
 from lmlab.config.training import TrainConfig

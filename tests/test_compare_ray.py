@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lmlab.cli import main
-from lmlab.compare.design import sub_runs
+from lmlab.compare.arms import sub_runs
 from lmlab.compare.subrun import complete, read_ledger, read_scores
 from lmlab.data.dataset import open_dataset
 from tests.cli_process import ENV, ROOT, free_port, lmlab

@@ -12,7 +12,8 @@ import pytest
 from lmlab.cli import main
 from lmlab.compare import figures
 from lmlab.compare.analysis import analyse
-from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.arms import SubRun
+from lmlab.compare.design import CompareConfig
 from lmlab.compare.measures import BITS_PER_BYTE, check_held_out, pseudo_measure
 from lmlab.compare.report import write_report
 from lmlab.data.dataset import open_dataset

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from lmlab.compare.design import CONTROL, CompareConfig, SubRun, judged_pairs
+from lmlab.compare.arms import SubRun
+from lmlab.compare.design import CONTROL, CompareConfig, judged_pairs
 from lmlab.compare.measures import measure_of
 from lmlab.compare.phases import too_short
 from lmlab.compare.stats import Verdict, holm, paired_bootstrap, verdict

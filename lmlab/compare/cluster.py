@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lmlab.compare.design import CompareConfig, SubRun
+from lmlab.compare.arms import SubRun
+from lmlab.compare.design import CompareConfig
 from lmlab.compare.subrun import complete
 from lmlab.ray_cluster import connect
 

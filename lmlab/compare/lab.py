@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from lmlab.atomic import make_directory, write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
-from lmlab.compare.design import CONTROL, CompareConfig, SubRun, sub_runs
+from lmlab.compare.arms import SubRun, sub_runs
+from lmlab.compare.design import CONTROL, CompareConfig
 from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report

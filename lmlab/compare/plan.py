@@ -124,13 +124,8 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     continue it."""
     budget = Budget.read(minutes, flops, tokens)
     data = None if data is None else str(data)
-    if init is not None and (family != "auto" or sizes is not None):
-        raise ValueError(f"--init takes the model from {init}; leave out --family and --sizes")
+    _check_choices(init, family, sizes, steps_to_time)
     sizes = _sizes(sizes)
-    if family not in ("auto", *FAMILIES):
-        raise ValueError(f"unknown family {family!r}; choose from auto, {', '.join(FAMILIES)}")
-    if steps_to_time < 1:
-        raise ValueError(f"steps_to_time must be at least 1, got {steps_to_time}")
     config = TrainConfig(objective=objective, data=data, seq_len=seq_len,
                          batch_size=batch_size, precision=precision)
     check_before_data(config)
@@ -160,6 +155,16 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
         command=_pretrain_command(chosen, config, command_budget, init),
         warnings=_warnings(candidates, dataset.train.num_tokens),
         timing_seconds=timings.spent, timing_allowance_seconds=timings.allowance)
+
+
+def _check_choices(init: str | Path | None, family: str, sizes, steps_to_time: int) -> None:
+    """Refuse, before any timing, what the plan cannot take."""
+    if init is not None and (family != "auto" or sizes is not None):
+        raise ValueError(f"--init takes the model from {init}; leave out --family and --sizes")
+    if family not in ("auto", *FAMILIES):
+        raise ValueError(f"unknown family {family!r}; choose from auto, {', '.join(FAMILIES)}")
+    if steps_to_time < 1:
+        raise ValueError(f"steps_to_time must be at least 1, got {steps_to_time}")
 
 
 def _sizes(sizes: Sequence[str] | str | None) -> list[str]:

@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from lmlab.atomic import atomic_write, write_text_atomic
-from lmlab.compare.design import CompareConfig, Start, SubRun
+from lmlab.compare.arms import Start, SubRun
+from lmlab.compare.design import CompareConfig
 from lmlab.compare.measures import (
     MINIMAL_PAIRS,
     HeldOut,

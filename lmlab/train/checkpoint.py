@@ -4,7 +4,9 @@ old ones (the format, its atomic writing and verified reading: lmlab/runs/checkp
 from __future__ import annotations
 
 import errno
+import math
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,7 +26,28 @@ from lmlab.runs.checkpoints import (
     staging_dir,
     write_durably,
 )
-from lmlab.train.distributed import Env, barrier, full_weights
+from lmlab.train.distributed import (
+    Env,
+    barrier,
+    full_weights,
+    is_sharded,
+    load_local_optimizer_state,
+)
+
+
+@dataclass
+class LoopState:
+    """Everything besides weights and optimizer that an exact resume needs."""
+
+    step: int = 0
+    total_steps: int = 0
+    tokens: int = 0
+    nonfinite_steps: int = 0
+    nonfinite_streak: int = 0
+    best_eval: float = math.inf
+    best_checkpoint: str = ""
+    evals_since_best: int = 0
+    data: dict = field(default_factory=dict)
 
 
 def optimizer_shard_name(rank: int) -> str:
@@ -108,3 +131,16 @@ def prune_checkpoints(directory: Path, keep_last: int, keep: set[Path] = frozens
     for path in complete[: max(0, len(complete) - keep_last)]:
         if path not in keep:
             shutil.rmtree(path)
+
+
+def restore_loop_state(saved: dict, checkpoint: Path, model: nn.Module, optimizer,
+                       env: Env) -> LoopState:
+    """Optimizer and loop state from a checkpoint whose weights are loaded."""
+    if is_sharded(model):
+        load_local_optimizer_state(optimizer, load_optimizer_shard(checkpoint, env))
+    elif "optimizer" in saved:
+        optimizer.load_state_dict(saved["optimizer"])
+    else:
+        raise CheckpointError(f"{checkpoint} was written by an FSDP run; resume it with "
+                            "--distributed fsdp under torchrun with as many processes")
+    return LoopState(**saved["loop"])

@@ -10,11 +10,9 @@ resumable exactly. Values come back to the host at log, validation and checkpoin
 
 from __future__ import annotations
 
-import math
-import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -27,7 +25,7 @@ from lmlab.objectives.losses import LossSum
 from lmlab.runs.checkpoints import BEST, FINISHED, checkpoint_name, list_checkpoints
 from lmlab.runs.layout import CHECKPOINTS, CURVES
 from lmlab.train import distributed
-from lmlab.train.checkpoint import load_optimizer_shard, prune_checkpoints, save_checkpoint
+from lmlab.train.checkpoint import LoopState, prune_checkpoints, save_checkpoint
 from lmlab.train.deadline import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.metrics import MetricsLog, ProgressBar
@@ -42,26 +40,12 @@ from lmlab.train.step import (
     guarded_update,
     train_step,
 )
+from lmlab.train.stopping import RunStopped, StopRequest
 from lmlab.train.trackers import open_trackers
 
 
 class TrainingError(RuntimeError):
     """A run that cannot go on, stated in one line."""
-
-
-@dataclass
-class LoopState:
-    """Everything besides weights and optimizer that an exact resume needs."""
-
-    step: int = 0
-    total_steps: int = 0
-    tokens: int = 0
-    nonfinite_steps: int = 0
-    nonfinite_streak: int = 0
-    best_eval: float = math.inf
-    best_checkpoint: str = ""
-    evals_since_best: int = 0
-    data: dict = field(default_factory=dict)
 
 
 class Loss(Protocol):
@@ -118,34 +102,6 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return ((seed * 1_000_003 + rank) * 1_000_003 + step) % (2**63)
 
 
-class RunStopped(KeyboardInterrupt):
-    """A run stopped by SIGINT or SIGTERM once its checkpoint was saved: the command exits
-    128 + the signal's number (130 for Ctrl-C), as an interrupted shell command does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-class StopRequest:
-    """SIGINT / SIGTERM end the run after the current step (under torchrun, at the next log
-    step, where the ranks agree), with a checkpoint."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signum = signal.SIGINT
-        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT,
-                                                                     signal.SIGTERM)}
-
-    def _handle(self, signum, frame) -> None:
-        self.requested = True
-        self.signum = signum
-
-    def restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
 def device_step(t: Training, compute_loss, micro_batches) -> StepResult:
     """Forward, backward, clipping and the update, with a step whose loss or gradient norm is
     not finite skipped on the device: nothing is read back to the host."""
@@ -176,29 +132,9 @@ def run_training(t: Training) -> LoopState:
     pace = Pace(bar.write, first_step=state.step)
     try:
         stopping = False
-        if t.validate_at_start and state.step == 0:
-            # the start a continued run is measured against; after the head warm-up when
-            # there is one (its new heads are untrained at step 0)
-            _validation(t, log, head_warmup_steps=t.head_warmup.steps if t.head_warmup else 0)
-        if state.step == state.total_steps == 0:  # a continued run given no steps: its start
-            save_training(t)
-        else:
-            pace.starting(state.total_steps, cfg.compile)
+        _begin(t, log, pace)
         while state.step < state.total_steps and not stopping:
-            if t.head_warmup is not None:
-                t.head_warmup.at(state.step)
-            lr = cfg.lr * t.schedule(state.step)
-            set_lr(t.optimizer, lr)
-            generator.manual_seed(step_seed(cfg.seed, t.env.rank, state.step))
-            torch.manual_seed(step_seed(cfg.seed, t.env.rank, state.step) + 1)  # dropout
-            micro_batches = t.data.micro_batches(state.step, generator)
-            result = device_step(t, compute_loss, micro_batches)
-            skipped.add(result.skipped)
-            tokens = sum(batch.token_count() for batch in micro_batches) * t.env.world_size
-            state.step += 1
-            state.tokens += tokens
-            state.data = t.data.state_dict()
-            throughput.add(tokens)
+            lr, result = _step(t, compute_loss, generator, skipped, throughput)
             pace.step_done(state.step, state.total_steps)
             if t.deadline is not None:
                 _keep_to_deadline(t, bar)
@@ -218,6 +154,38 @@ def run_training(t: Training) -> LoopState:
             print(f"stopped at step {state.step}; checkpoint saved; continue with --resume")
         raise RunStopped(stop.signum)
     return state
+
+
+def _begin(t: Training, log: MetricsLog, pace: Pace) -> None:
+    """A continued run's start measured (after its head warm-up when it has one: the new
+    heads are untrained at step 0); a continued run given no steps saved as it came."""
+    if t.validate_at_start and t.state.step == 0:
+        _validation(t, log, head_warmup_steps=t.head_warmup.steps if t.head_warmup else 0)
+    if t.state.step == t.state.total_steps == 0:
+        save_training(t, ended=True)
+    else:
+        pace.starting(t.state.total_steps, t.cfg.compile)
+
+
+def _step(t: Training, compute_loss, generator: torch.Generator, skipped: SkippedSteps,
+          throughput: Throughput) -> tuple[float, StepResult]:
+    """One optimizer step at the schedule's rate, counted; returns the rate and the result."""
+    state = t.state
+    if t.head_warmup is not None:
+        t.head_warmup.at(state.step)
+    lr = t.cfg.lr * t.schedule(state.step)
+    set_lr(t.optimizer, lr)
+    generator.manual_seed(step_seed(t.cfg.seed, t.env.rank, state.step))
+    torch.manual_seed(step_seed(t.cfg.seed, t.env.rank, state.step) + 1)  # dropout
+    micro_batches = t.data.micro_batches(state.step, generator)
+    result = device_step(t, compute_loss, micro_batches)
+    skipped.add(result.skipped)
+    tokens = sum(batch.token_count() for batch in micro_batches) * t.env.world_size
+    state.step += 1
+    state.tokens += tokens
+    state.data = t.data.state_dict()
+    throughput.add(tokens)
+    return lr, result
 
 
 def _log_due(t: Training) -> bool:
@@ -350,19 +318,6 @@ def save_training(t: Training, ended: bool) -> None:
     if t.env.is_main:
         best = t.state.best_checkpoint
         prune_checkpoints(directory, t.cfg.keep_last, {directory / best} if best else set())
-
-
-def restore_loop_state(saved: dict, checkpoint: Path, model: nn.Module, optimizer,
-                       env: distributed.Env) -> LoopState:
-    """Optimizer and loop state from a checkpoint whose weights are loaded."""
-    if distributed.is_sharded(model):
-        distributed.load_local_optimizer_state(optimizer, load_optimizer_shard(checkpoint, env))
-    elif "optimizer" in saved:
-        optimizer.load_state_dict(saved["optimizer"])
-    else:
-        raise TrainingError(f"{checkpoint} was written by an FSDP run; resume it with "
-                            "--distributed fsdp under torchrun with as many processes")
-    return LoopState(**saved["loop"])
 
 
 def _latest(out: Path) -> str:

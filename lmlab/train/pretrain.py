@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,10 +27,11 @@ from lmlab.runs.layout import seen_from_run, trained_steps
 from lmlab.runs.metrics import GENERAL_TEXT
 from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
+from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline, deadline_eval_batches
 from lmlab.train.evaluate import ValidationWarnings, headline_loss, validate
 from lmlab.train.head_warmup import HeadWarmup
-from lmlab.train.loop import LoopState, run_training, step_seed
+from lmlab.train.loop import run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
 from lmlab.train.prefetch import PrefetchedData
 from lmlab.train.schedule import Schedule
@@ -90,15 +92,12 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     opening = open_run(cfg, env, out)
     if opening.kind == "finished":
         return out
-    source = _init_source(cfg, dataset)
-    special = dataset.special if source is None else source.run.special
+    source, special = _init_source(cfg, dataset)
     objective = build_objective(cfg.objective, special, cfg.objective_options, dataset.word_starts)
     cfg = resolve(cfg, env, opening, objective.reads_only_bidirectionally)
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
-    new_heads = heads_it_lacks(plan.heads, source)
-    check_head_warmup(cfg.head_warmup_steps, cfg.init, cfg.objective, env.distributed,
-                      new_heads)
+    new_heads = _checked_new_heads(cfg, env, plan, source)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
@@ -107,9 +106,9 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                     before_writing=lambda config: _refuse_a_passed_budget(
                         Budget.of(config.train), cfg, model, trained_steps(out)))
     budget, state = Budget.of(started.config.train), started.state  # a resume's budgets
+    planned_steps = state.total_steps  # of the run resumed, if any
     if state.data:
         blocks.load_state_dict(state.data)
-    planned_steps = state.total_steps  # of the run resumed, if any
     state.total_steps = (_resumed_steps(budget, cfg, model, state) if planned_steps else
                          _all_ranks_steps(budget, cfg, env, model, objective, special,
                                           micro_size, accumulation))
@@ -117,33 +116,17 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     cap = _step_cap(budget, cfg, model)
     deadline = time_budget(budget.time_limit(cap), cap, cfg.eval_every, started.resumed)
     eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
-    eval_blocks = _first_blocks(validation_blocks, eval_count)
-    general = _general_blocks(cfg, env, plan, source, micro_size, eval_count)
-    # the run's own warm-ups, even when a resume lengthens it
-    head_steps = head_warmup_steps(cfg.head_warmup_steps, env.distributed, new_heads,
-                                   planned_steps or state.total_steps)
-    warmup = _warmup_steps(cfg, (planned_steps or state.total_steps) - head_steps)
-    if env.is_main:
-        say_how_it_starts(source, plan.heads, head_steps, state.total_steps)
-
-    def validation() -> dict[str, float]:
-        metrics = validate(model, plan.eval_objectives, eval_blocks, dataset.bytes_per_token,
-                           env, cfg.precision)
-        if general is not None:
-            blocks_, bytes_per_token = general
-            metrics |= {GENERAL_TEXT + key: value for key, value in validate(
-                model, plan.eval_objectives, blocks_, bytes_per_token, env,
-                cfg.precision).items()}
-        return metrics
-
+    texts = [("", _first_blocks(validation_blocks, eval_count), dataset.bytes_per_token),
+             *_general_text(cfg, env, plan, source, micro_size, eval_count)]
+    schedule, head_warmup = _schedule(cfg, env, model, source, plan, new_heads,
+                                      planned_steps or state.total_steps, state.total_steps)
     data, made_ahead = _step_data(cfg, env, blocks, objective, accumulation)
     with made_ahead:
         run_training(training(
             cfg, env, model, out, started, objective=objective, data=data,
-            schedule=Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor,
-                              held_steps=head_steps, held_level=NEW_WEIGHTS_LR / cfg.lr),
-            validate=validation, validate_at_start=source is not None,
-            head_warmup=HeadWarmup.of(model, new_heads, head_steps) if head_steps else None,
+            schedule=schedule, head_warmup=head_warmup,
+            validate=_validation(model, plan, env, cfg.precision, texts),
+            validate_at_start=source is not None,
             warnings=ValidationWarnings(plan.eval_objectives),
             headline=headline_loss, deadline=deadline, title=_title(cfg, plan),
             eval_every=cfg.eval_every or EVAL_EVERY_STEPS, checkpoint_every=cfg.checkpoint_every,
@@ -181,19 +164,52 @@ def _split_blocks(cfg: TrainConfig, env: distributed.Env, plan: ObjectivePlan, m
                  for split, seed in splits)
 
 
-def _general_blocks(cfg: TrainConfig, env: distributed.Env, plan: ObjectivePlan,
-                    source: InitSource | None, micro_size: int, count: int
-                    ) -> tuple[list, float] | None:
-    """For a continued run on text of its own: the validation blocks of general text in the
-    source's vocabulary (what it forgets is measured there) and their bytes per token. None
-    without --init, on the built-in corpus itself, or for a source with no tokenizer."""
+def _general_text(cfg: TrainConfig, env: distributed.Env, plan: ObjectivePlan,
+                  source: InitSource | None, micro_size: int, count: int) -> list[tuple]:
+    """For a continued run on text of its own, general text in the source's vocabulary (what
+    it forgets is measured there) as validation's (metric prefix, blocks, bytes per token);
+    none without --init, on the built-in corpus itself, or for a source with no tokenizer."""
     if source is None or cfg.data is None or source.tokenizer_json is None:
-        return None
+        return []
     needed = count * micro_size * cfg.seq_len * env.world_size
     text = general_text(source.tokenizer_json, source.run.special, needed)
     (blocks,) = _split_blocks(cfg, env, plan, micro_size, text.special.sep,
                               ((text.validation, 0),))
-    return _first_blocks(blocks, count), text.bytes_per_token
+    return [(GENERAL_TEXT, _first_blocks(blocks, count), text.bytes_per_token)]
+
+
+def _validation(model: LanguageModel, plan: ObjectivePlan, env: distributed.Env,
+                precision: str, texts: list[tuple]) -> Callable[[], dict[str, float]]:
+    """Validation of `model` on each (metric prefix, blocks, bytes per token) of `texts`."""
+    def validation() -> dict[str, float]:
+        return {prefix + key: value for prefix, blocks, bytes_per_token in texts
+                for key, value in validate(model, plan.eval_objectives, blocks,
+                                           bytes_per_token, env, precision).items()}
+    return validation
+
+
+def _checked_new_heads(cfg: TrainConfig, env: distributed.Env, plan: ObjectivePlan,
+                       source: InitSource | None) -> tuple[str, ...]:
+    """The heads a continued run adds to its source, its head warm-up checked against them."""
+    new_heads = heads_it_lacks(plan.heads, source)
+    check_head_warmup(cfg.head_warmup_steps, cfg.init, cfg.objective, env.distributed,
+                      new_heads)
+    return new_heads
+
+
+def _schedule(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
+              source: InitSource | None, plan: ObjectivePlan, new_heads: tuple[str, ...],
+              planned_steps: int, total_steps: int) -> tuple[Schedule, HeadWarmup | None]:
+    """The learning-rate schedule and a continued run's head warm-up (new heads alone at the
+    rate new weights learn at, then the body's own warm-up), as said at the start; warm-ups
+    of the run's own plan, even when a resume lengthens it."""
+    head_steps = head_warmup_steps(cfg.head_warmup_steps, env.distributed, new_heads,
+                                   planned_steps)
+    if env.is_main:
+        say_how_it_starts(source, plan.heads, head_steps, total_steps)
+    schedule = Schedule(cfg.schedule, total_steps, _warmup_steps(cfg, planned_steps - head_steps),
+                        cfg.lr_floor, held_steps=head_steps, held_level=NEW_WEIGHTS_LR / cfg.lr)
+    return schedule, HeadWarmup.of(model, new_heads, head_steps) if head_steps else None
 
 
 def _first_blocks(batches: BlockBatches, count: int) -> list:
@@ -201,12 +217,14 @@ def _first_blocks(batches: BlockBatches, count: int) -> list:
     return [batches.batch(i).tokens for i in range(min(count, batches.batches_per_epoch))]
 
 
-def _init_source(cfg: TrainConfig, dataset: Dataset) -> InitSource | None:
+def _init_source(cfg: TrainConfig, dataset: Dataset
+                 ) -> tuple[InitSource | None, SpecialTokens]:
     """The run --init starts from (none without it), checked against the context asked for
-    and the dataset's tokenizer."""
+    and the dataset's tokenizer; and the special tokens the run reads (the source's roles)."""
     if cfg.init is None:
-        return None
-    return checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
+        return None, dataset.special
+    source = checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
+    return source, source.run.special
 
 
 def _starting_model(cfg: TrainConfig, plan: ObjectivePlan, objective: Objective,

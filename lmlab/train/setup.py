@@ -30,10 +30,10 @@ from lmlab.runs.opening import Opening, open_run_dir, prepare_run_dir
 from lmlab.runs.resume import resumed_config, trained_optimizer
 from lmlab.runs.schema import RunConfig
 from lmlab.train import distributed
-from lmlab.train.checkpoint import load_resume_checkpoint
+from lmlab.train.checkpoint import LoopState, load_resume_checkpoint, restore_loop_state
 from lmlab.train.deadline import Deadline
 from lmlab.train.flops import all_ranks_peak_flops
-from lmlab.train.loop import LoopState, Training, restore_loop_state
+from lmlab.train.loop import Training
 from lmlab.train.optim import make_optimizer
 
 
