@@ -15,11 +15,12 @@ import lmlab
 from lmlab.cli import main
 from lmlab.compare.analysis import analyse
 from lmlab.compare.arms import SubRun, sub_runs
-from lmlab.compare.design import CompareConfig, Probe, label
+from lmlab.compare.design import CompareConfig, label
 from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pseudo_measure
 from lmlab.compare.subrun import complete
 from lmlab.config.presets import preset
 from lmlab.data.dataset import open_dataset
+from lmlab.finetune.named_task import NamedTask
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.registry import build_objective, split_specs
 
@@ -277,19 +278,19 @@ def test_objective_options_at_their_defaults_continue_a_design_begun_without_the
 
 def test_a_probe_reads_its_parts_or_a_finetune_config(tmp_path):
     with pytest.raises(ValueError, match="unknown task 'tag'"):
-        Probe.read("x=tag:a:b")
+        NamedTask.read("x=tag:a:b")
     table = tmp_path / "sick.tsv"
     table.write_text("sentence_A\tsentence_B\tlabel\tsplit\na\tb\tX\tTRAIN\n")
     config = tmp_path / "sick.yaml"
     config.write_text(f"task: pairs\ntrain: {table}\nvalidation: {table}\n"
                       f"label_column: label\ntrain_where: split=TRAIN\n")
-    probe = Probe.read(f"sick={config}")
+    probe = NamedTask.read(f"sick={config}")
     assert (probe.task, probe.train, probe.test, probe.config) == ("pairs", str(table), None,
                                                                    str(config))
     assert probe.scored_split == "validation"
     config.write_text("task: pairs\n")
     with pytest.raises(ValueError, match="sick.yaml: fine-tuning needs --train and --validation"):
-        Probe.read(f"sick={config}")
+        NamedTask.read(f"sick={config}")
 
 
 def test_the_verbs_are_plain_functions_beside_their_packages():

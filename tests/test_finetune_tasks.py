@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from lmlab.cli import build_parser
-from lmlab.compare.design import Probe
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.encoding import Words
 from lmlab.finetune.formats import FORMATS, TableFiles, example_files
+from lmlab.finetune.named_task import NamedTask
 from lmlab.finetune.ner_task import Tagged
 from lmlab.finetune.qa_spans import Answer
 from lmlab.finetune.readers import QAExample, TaggedSentence, TextExample
@@ -39,10 +39,11 @@ def test_compare_probes_the_registry_s_tasks(tmp_path):
     assert f"(task: {', '.join(TASKS)})" in probe.help
     for split in ("train.tsv", "dev.tsv"):
         (tmp_path / split).write_text("label\tsentence\n")
+    files = f"{tmp_path / 'train.tsv'}:{tmp_path / 'dev.tsv'}"
     for name in TASKS:
-        assert Probe.read(f"p={name}:{tmp_path / 'train.tsv'}:{tmp_path / 'dev.tsv'}").task == name
+        assert NamedTask.read(f"p={name}:{files}").task == name
     with pytest.raises(ValueError, match=f"unknown task 'tag'; choose from {', '.join(TASKS)}$"):
-        Probe.read(f"p=tag:{tmp_path / 'train.tsv'}:{tmp_path / 'dev.tsv'}")
+        NamedTask.read(f"p=tag:{files}")
 
 
 def test_every_task_has_a_class_a_head_and_a_format():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from lmlab.commands.parsing import add_command, add_run_arguments, check_input_file, read_texts
-from lmlab.config.options import add_config_options, config_from_args
+from lmlab.config.options import add_config_options, config_from_args, options_given
 from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.traits import TASKS
@@ -23,6 +23,15 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN",
                         help="a run directory written by lmlab pretrain or lmlab import")
     parser.add_argument("--config", type=Path, help="a YAML or TOML file of config fields")
+    parser.add_argument("--suite", action="append", metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
+                        help="fine-tune on a suite of tasks instead of --task: repeat for each "
+                             "task, give NAME=CONFIG.yaml (an lmlab finetune config file) for "
+                             "one whose columns or splits need naming, or a suite file (YAML "
+                             "or TOML: NAME: TASK:... or NAME: CONFIG.yaml); every task trains "
+                             "with the other options, --seeds 5 unless given, its bag-of-words "
+                             "floor fitted unless --baseline none; writes OUT/NAME per task "
+                             "and the median over seeds per task and their average in "
+                             "OUT/suite.json and OUT/suite.md")
     add_config_options(parser, field_specs(FinetuneConfig))
 
     parser = add_command(
@@ -46,10 +55,24 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def finetune_command(args: argparse.Namespace) -> int:
+    if args.suite:
+        return suite_command(args)
     from lmlab.finetune.setup import finetune
 
     out = finetune(args.run_dir, config_from_args(args, FinetuneConfig))
     print(f"fine-tuned run saved in {out}")
+    return 0
+
+
+def suite_command(args: argparse.Namespace) -> int:
+    from lmlab.config.parsing import read_config_file
+    from lmlab.finetune.suite import DEFAULT_OUT, read_suite, run_suite
+
+    tasks = read_suite(args.suite)
+    shared = read_config_file(args.config, FinetuneConfig) if args.config else {}
+    shared.update(options_given(args, FinetuneConfig))
+    run_suite(args.run_dir, tasks, shared)
+    print(f"suite results saved in {shared.get('out') or DEFAULT_OUT}")
     return 0
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from lmlab.finetune.traits import TASKS
+from lmlab.finetune.named_task import NamedTask
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
     from lmlab.config.objective_options import ObjectiveOptions
@@ -35,64 +35,6 @@ BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps":
 CLUSTERS: tuple[str, ...] = ("local", "ray")  # where sub-runs train (lmlab.compare.cluster)
 CONTROL = "none"  # the arm that trains nothing: an --init run as it came
 DEFAULT_MODEL = "modern-mini"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A fine-tuning task every pre-trained run is fine-tuned on and scored by: its files, or a
-    `lmlab finetune --config` file (YAML/TOML) for tasks that need column or split options."""
-
-    name: str
-    task: str
-    train: str
-    validation: str
-    test: str | None = None  # None: the validation file is scored (and selects checkpoints)
-    config: str | None = None  # the finetune config file the fields above came from
-
-    @classmethod
-    def read(cls, text: str) -> Probe:
-        """NAME=TASK:TRAIN:VALIDATION[:TEST], e.g. sst2=classify:train.tsv:dev.tsv, or
-        NAME=FILE.yaml / FILE.toml, a fine-tuning config."""
-        name, _, rest = text.partition("=")
-        if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST] or "
-                             f"NAME=CONFIG.yaml, e.g. sst2=classify:train.tsv:dev.tsv")
-        if Path(rest).suffix in (".yaml", ".yml", ".toml"):
-            return cls._from_config(name, rest)
-        parts = rest.split(":")
-        if not 3 <= len(parts) <= 4:
-            raise ValueError(f"probe {text!r}: write NAME=TASK:TRAIN:VALIDATION[:TEST] or "
-                             f"NAME=CONFIG.yaml, e.g. sst2=classify:train.tsv:dev.tsv")
-        if parts[0] not in TASKS:
-            raise ValueError(f"probe {name}: unknown task {parts[0]!r}; choose from "
-                             f"{', '.join(TASKS)}")
-        probe = cls(name, *parts)
-        probe._check_files()
-        return probe
-
-    @classmethod
-    def _from_config(cls, name: str, path: str) -> Probe:
-        from lmlab.config.parsing import resolve_config
-        from lmlab.finetune.config import FinetuneConfig
-
-        if not Path(path).is_file():
-            raise ValueError(f"probe {name}: {path} is not a file")
-        try:
-            cfg = resolve_config(Path(path), {}, FinetuneConfig)
-        except ValueError as error:
-            raise ValueError(f"probe {name}: {path}: {error}") from None
-        probe = cls(name, cfg.task, cfg.train, cfg.validation, cfg.test, path)
-        probe._check_files()
-        return probe
-
-    def _check_files(self) -> None:
-        for path in (self.train, self.validation, self.test):
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"probe {self.name}: {path} is not a file")
-
-    @property
-    def scored_split(self) -> str:
-        return "test" if self.test else "validation"
 
 
 @dataclass(frozen=True)
@@ -116,7 +58,7 @@ class CompareConfig:
     # for every objective; kept as those that differ from the defaults, None if none do (and a
     # design.json written before they could be given reads alike)
     objective_options: Mapping[str, Any] | ObjectiveOptions | None = None
-    probes: tuple[Probe, ...] = ()
+    probes: tuple[NamedTask, ...] = ()
     probe_seeds: int = 1
     probe_epochs: float = 3.0
     probe_lr: float | None = None  # None: lmlab finetune's default
@@ -223,11 +165,11 @@ class CompareConfig:
     @classmethod
     def of(cls, objectives: str | list[str], **fields) -> CompareConfig:
         """From Python or the command line: objectives as one comma list or a list of specs;
-        probes as NAME=TASK:... strings or Probe records."""
+        probes as NAME=TASK:... strings or NamedTask records."""
         from lmlab.objectives.registry import split_specs
 
         specs = split_specs(objectives) if isinstance(objectives, str) else list(objectives)
-        probes = tuple(p if isinstance(p, Probe) else Probe.read(p)
+        probes = tuple(p if isinstance(p, NamedTask) else NamedTask.read(p)
                        for p in fields.pop("probes", ()) or ())
         minimal_pairs = fields.pop("pairs", ()) or ()
         if isinstance(minimal_pairs, str | Path):

@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from lmlab.compare.design import Probe
 from lmlab.compare.measures import probe_measure
+from lmlab.finetune.named_task import NamedTask
 from lmlab.finetune.traits import TASKS
 
 
@@ -47,18 +46,7 @@ class Floors:
                 **({"baselines_left_out": self.left_out} if self.left_out else {})}
 
 
-def probe_config(probe: Probe):
-    """The fine-tuning config of `probe`, as its sub-runs are fine-tuned with."""
-    from lmlab.config.parsing import resolve_config
-    from lmlab.finetune.config import FinetuneConfig
-
-    fields = {"task": probe.task, "train": probe.train, "validation": probe.validation,
-              "test": probe.test}
-    return resolve_config(Path(probe.config) if probe.config else None, fields,
-                          FinetuneConfig)
-
-
-def probe_floors(probes: Sequence[Probe]) -> Floors:
+def probe_floors(probes: Sequence[NamedTask]) -> Floors:
     """The bag-of-words floor of every probe whose task has one."""
     from lmlab.finetune.bow_baseline import NAME, floor_of_config, require_scikit_learn
 
@@ -73,7 +61,7 @@ def probe_floors(probes: Sequence[Probe]) -> Floors:
         return Floors(left_out=str(missing))
     found = {}
     for probe in wanted:
-        floor = floor_of_config(probe_config(probe))
+        floor = floor_of_config(probe.finetune_config())
         metric, split = floor["main_metric"], probe.scored_split
         found[probe_measure(probe.name, metric)] = {
             "probe": probe.name, "split": split, "metric": metric,

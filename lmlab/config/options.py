@@ -49,11 +49,15 @@ def add_config_options(parser: argparse.ArgumentParser, specs: dict) -> None:
                             metavar=None if choices else name.upper(), help=help_text)
 
 
+def options_given(args: argparse.Namespace, config_class: type) -> dict:
+    """The fields of `config_class` given as options, parsed."""
+    return {name: parse_value(name, getattr(args, name), config_class)
+            for name in flat_fields(config_class) if getattr(args, name) is not None}
+
+
 def config_from_args(args: argparse.Namespace, config_class: type):
     """The --config file, then the options given, as a `config_class`."""
-    overrides = {name: parse_value(name, getattr(args, name), config_class)
-                 for name in flat_fields(config_class) if getattr(args, name) is not None}
-    return resolve_config(args.config, overrides, config_class)
+    return resolve_config(args.config, options_given(args, config_class), config_class)
 
 
 def options_of(config, leave_out: tuple[str, ...] = ()) -> list[str]:
