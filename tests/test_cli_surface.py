@@ -130,7 +130,7 @@ def test_help_shows_defaults_and_choices(capsys):
     with pytest.raises(SystemExit):
         main(["pretrain", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    assert "peak learning rate (default: 0.001)" in shown
+    assert "peak learning rate; none = 0.001 from random weights, 0.0001 when continuing" in shown
     assert "--precision {auto,fp32,bf16,fp16}" in shown
     assert "share of ordinary tokens a masked objective selects (default: 0.15)" in shown
 

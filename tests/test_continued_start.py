@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from lmlab.commands.pretrain_summary import summary
-from lmlab.config.training import TrainConfig
+from lmlab.config.training import CONTINUED_LR, TrainConfig
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
 from lmlab.train import pretrain as pretraining
@@ -121,3 +121,14 @@ def test_a_head_warmup_with_nothing_to_warm_up_is_refused(source, toy, tmp_path)
         pretraining.pretrain(TrainConfig(objective="clm", init=str(source), head_warmup_steps=1,
                                          out=str(tmp_path / "never"), **TINY), toy)
     assert not (tmp_path / "never").exists()
+
+
+def test_continued_weights_learn_at_a_tenth_of_the_rate_by_default(source, toy,  # noqa: F811
+                                                                  tmp_path):
+    out = pretraining.pretrain(TrainConfig(objective="clm", init=str(source),
+                                           out=str(tmp_path / "c"), **TINY), toy)
+    assert load_run(out).config.train["lr"] == CONTINUED_LR == 1e-4
+    assert load_run(source).config.train["lr"] == 1e-3  # from random weights
+    given = pretraining.pretrain(TrainConfig(objective="clm", init=str(source), lr=3e-4,
+                                             out=str(tmp_path / "g"), **TINY), toy)
+    assert load_run(given).config.train["lr"] == 3e-4

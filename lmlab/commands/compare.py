@@ -105,7 +105,9 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
                              "the control every adaptation is judged against")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
     parser.add_argument("--batch-size", type=int, default=32, help="rows per step")
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="peak learning rate; none = lmlab pretrain's (1e-3 from random "
+                             "weights, 1e-4 continuing --init weights)")
     parser.add_argument("--optimizer", default="muon", choices=("adamw", "muon"),
                         help="the one optimizer every objective trains with (muon does not "
                              "run with --precision fp16)")

@@ -49,7 +49,7 @@ class CompareConfig:
     init: str | None = None  # a run every arm continues (RUN or RUN:CHECKPOINT), with its model
     seq_len: int = 128
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float | None = None  # None: lmlab pretrain's default
     # one optimizer for every objective, so that only the objective differs (pretrain's auto
     # would give masked objectives AdamW and the rest Muon)
     optimizer: str = "muon"
@@ -93,7 +93,8 @@ class CompareConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got "
                                  f"{getattr(self, name)}")
-        if not self.lr > 0 or not self.probe_epochs > 0 or not (self.probe_lr or 1) > 0:
+        rates = [rate for rate in (self.lr, self.probe_lr) if rate is not None]
+        if not all(rate > 0 for rate in rates) or not self.probe_epochs > 0:
             raise ValueError("--lr, --probe-lr and --probe-epochs must be positive")
         if self.optimizer not in ("adamw", "muon"):
             raise ValueError(f"--optimizer must be adamw or muon; got {self.optimizer!r}")

@@ -126,10 +126,14 @@ class LoopConfig:
     def concrete(self: C, precision: str, compile: bool, optimizer: str) -> C:
         """The config a run trains with, as config.json records it: the precision, compile and
         optimizer resolved where the run's device and objective are known (lmlab/train/
-        setup.py), and the embeddings' learning-rate multiple as a number."""
+        setup.py), and the learning rate and the embeddings' multiple of it as numbers."""
         scale = self.embedding_lr_scale
         return replace(self, precision=precision, compile=compile, optimizer=optimizer,
+                       lr=self._lr_default() if self.lr is None else self.lr,
                        embedding_lr_scale=self._embedding_lr_default() if scale is None else scale)
+
+    def _lr_default(self) -> float:
+        return LoopConfig.lr
 
     def _embedding_lr_default(self) -> float:
         return 1.0
@@ -139,6 +143,8 @@ class LoopConfig:
 
 
 C = TypeVar("C", bound=LoopConfig)
+# The peak learning rate of a run that continues --init weights (TrainConfig._lr_default).
+CONTINUED_LR = 1e-4
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,9 @@ class TrainConfig(LoopConfig):
     # (benchmarks/results/time_to_quality_*.json).
     optimizer: Optimizer = documented("auto", PRETRAIN_OPTIMIZER_HELP)
     schedule: ScheduleName = documented("wsd", SCHEDULE_HELP)
+    lr: float | None = documented(
+        None, f"peak learning rate; none = {LoopConfig.lr:g} from random weights, "
+              f"{CONTINUED_LR:g} when continuing --init weights")
     embedding_lr_scale: float | None = documented(
         None, "the embeddings' learning rate as a multiple of --lr; none = 10 from random "
               "weights, 1 when continuing --init weights")
@@ -184,6 +193,12 @@ class TrainConfig(LoopConfig):
     @property
     def budget(self) -> Budget:
         return Budget(self.steps, self.tokens, self.minutes)
+
+    def _lr_default(self) -> float:
+        """Continued weights learn at a tenth of the rate: at 1e-3 all-MiniLM-L6-v2 continued
+        with masked LM lost most of what fine-tuning draws on, with or without a head warm-up
+        (docs/continued-pretraining.md)."""
+        return CONTINUED_LR if self.init is not None else LoopConfig.lr
 
     def _embedding_lr_default(self) -> float:
         """From random weights the embeddings learn at 10 times the rate (measured to learn
