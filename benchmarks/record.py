@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -86,7 +87,7 @@ def made_by() -> dict:
 
     script = Path(sys.argv[0]).resolve()
     shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path(script.name)
-    return {"command": " ".join(["python", str(shown), *sys.argv[1:]]),
+    return {"command": shlex.join(["python", str(shown), *sys.argv[1:]]),
             "commit": git("rev-parse", "HEAD"),
             "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
             "made_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
