@@ -8,7 +8,7 @@ from lmlab.config.presets import preset
 from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.masks import positions_within_segments, segments_from_document_ends
-from tests.conftest import seeded
+from tests.conftest import assert_close_in_bf16, seeded
 
 VOCAB, LENGTH = 50, 16
 FAMILIES = ["bert", "gpt2", "modern"]
@@ -131,7 +131,7 @@ def test_no_query_row_is_ever_fully_masked():
 
 @pytest.mark.parametrize("query_len", [16, 1, 5])  # whole block, one decoded token, a chunk
 @pytest.mark.parametrize("kind", ["causal", "prefix", "bidirectional"])
-def test_bf16_plain_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
+def test_bf16_plain_attention_on_cpu_matches_bf16_sdpa(kind, query_len):
     torch.manual_seed(0)
     q = torch.randn(3, 2, query_len, 8)
     k, v = torch.randn(2, 3, 2, 16, 8)
@@ -139,15 +139,14 @@ def test_bf16_plain_attention_on_cpu_matches_fp32_sdpa(kind, query_len):
     prefix = torch.tensor([4, 10, 1]) if kind == "prefix" else None
     spec = MaskSpec(kind, prefix, segments if query_len > 1 else None)
     mask, causal = spec.sdpa_arguments(query_len, 16)
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-    half = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    half, reference = ([t.bfloat16().requires_grad_() for t in (q, k, v)] for _ in range(2))
     got = plain_attention(*half, mask, causal, 0.0)
-    torch.testing.assert_close(got.float(), expected, atol=3e-2, rtol=3e-2)
-    got.float().sum().backward()
-    full = [t.clone().requires_grad_() for t in (q, k, v)]
-    F.scaled_dot_product_attention(*full, attn_mask=mask, is_causal=causal).sum().backward()
-    for mine, reference in zip(half, full, strict=True):
-        torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
+    expected = F.scaled_dot_product_attention(*reference, attn_mask=mask, is_causal=causal)
+    assert_close_in_bf16(got, expected)
+    got.sum().backward()
+    expected.sum().backward()
+    for mine, theirs in zip(half, reference, strict=True):
+        assert_close_in_bf16(mine.grad, theirs.grad)
 
 
 def test_attend_takes_the_plain_path_for_short_sequences_in_cpu_training():

@@ -83,7 +83,10 @@ def test_a_model_gives_the_same_outputs_through_flex_attention(objective, monkey
     with torch.no_grad():
         expected = model(**batch.model_inputs())
         monkeypatch.setattr(attention, "FLEX_DEVICES", frozenset({"cpu"}))
+        flex_calls = []
+        monkeypatch.setattr(attention, "flex_attend",
+                            lambda *args: flex_calls.append(args) or flex_attend(*args))
         got = model(**batch.model_inputs())
-    assert batch.mask.needs_mask(64, 64) or objective == "clm"
+    assert len(flex_calls) == model.cfg.n_layers  # every layer took FlexAttention's route
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -33,6 +33,10 @@ def prompt_of(length: int, seed: int) -> list[int]:
     return torch.randint(FIRST_ORDINARY, VOCAB, (length,), generator=seeded(seed)).tolist()
 
 
+# Two gaps, marked by the first two sentinels.
+INFILL_PROMPT = [*prompt_of(4, seed=5), RANDOM_SPECIAL.sentinels[0], *prompt_of(3, seed=6),
+                 RANDOM_SPECIAL.sentinels[1]]
+
 @torch.no_grad()
 def greedy_by_full_forwards(model, tokens: list[int], steps: int, prefix_len: int = 0):
     """The plain definition: run the whole sequence again for every new token."""
@@ -65,19 +69,37 @@ def test_a_left_padded_batch_generates_what_each_prompt_does_alone(family, objec
         assert result.ids == greedy_by_full_forwards(pretrained.model, prompt, 8, prefix_len)
 
 
+def infilled_by_full_forwards(pretrained: Pretrained, prompt: list[int], steps: int):
+    """What greedy infilling of `prompt` decodes after the first sentinel, by full forwards
+    over the layout the decoder prefills: the prompt and [EOS] bidirectionally, then
+    <extra_id_0> causally."""
+    layout = [*prompt, RANDOM_SPECIAL.eos, RANDOM_SPECIAL.sentinels[0]]
+    return greedy_by_full_forwards(pretrained.model, layout, steps, prefix_len=len(prompt) + 1)
+
+
 def test_infilling_prefills_the_prompt_and_eos_then_decodes_after_the_first_sentinel():
     pretrained = random_pretrained("gpt2", "span")
-    sentinels = RANDOM_SPECIAL.sentinels
-    prompt = [*prompt_of(4, seed=5), sentinels[0], *prompt_of(3, seed=6), sentinels[1]]
-    made = pretrained.generate(prompt, 10, greedy=True, ignore_eos=True)
-    assert made.ids[0] == sentinels[0]
-    layout = [*prompt, RANDOM_SPECIAL.eos, sentinels[0]]
-    expected = greedy_by_full_forwards(pretrained.model, layout, 10, prefix_len=len(prompt) + 1)
-    generated = made.ids[1:]
-    assert len(generated) >= 2 or made.finish_reason == "eos"
-    assert generated == expected[: len(generated)]
-    if made.finish_reason == "eos":  # the model opened a third gap: generation ends there
-        assert expected[len(generated)] in sentinels[2:]
+    made = pretrained.generate(INFILL_PROMPT, 10, greedy=True, ignore_eos=True)
+    assert made.finish_reason == "length"  # no third gap opened: all 10 tokens compared
+    assert made.ids == [RANDOM_SPECIAL.sentinels[0],
+                        *infilled_by_full_forwards(pretrained, INFILL_PROMPT, 10)]
+
+
+def test_infilling_ends_where_the_model_opens_a_gap_the_prompt_lacks():
+    pretrained = random_pretrained("gpt2", "span")
+    third_gap, forwards = RANDOM_SPECIAL.sentinels[2], []
+
+    def open_a_third_gap_at_the_fourth_token(head, inputs, logits):
+        forwards.append(logits.shape)  # the prompt's, then one a decoded token
+        if len(forwards) == 4:
+            logits[..., third_gap] = logits.max() + 1
+
+    pretrained.model.heads["lm"].register_forward_hook(open_a_third_gap_at_the_fourth_token)
+    made = pretrained.generate(INFILL_PROMPT, 10, greedy=True, ignore_eos=True)
+    assert made.finish_reason == "eos" and len(forwards) == 4
+    assert made.ids == [RANDOM_SPECIAL.sentinels[0],
+                        *infilled_by_full_forwards(random_pretrained("gpt2", "span"),
+                                                   INFILL_PROMPT, 3)]
 
 
 def test_prompts_are_laid_out_as_the_objectives_laid_out_training_rows():

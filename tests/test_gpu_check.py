@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ["gpt2-small clm bf16 eager", "gpt2-small clm bf16 compiled",
         "bert-base mlm bf16 compiled", "lmlab pretrain defaults"]
+TINY_BATCH = (2, 32)  # rows and tokens a row of --tiny's steps
 
 
 @pytest.mark.slow
@@ -30,11 +31,17 @@ def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
     assert [row["name"] for row in results["rows"]] == ROWS
     timed = results["rows"][:3]
     for row in timed:
-        assert row["repeats"] == 3 and row["ms_per_step"] > 0 and 0 < row["mfu"] < 1
+        assert row["repeats"] == 3 and 0 < row["mfu"] < 1
         assert row["vs_hf"] > 0 and row["vs_nanogpt"] is None
         assert all(len(v) == 3 for v in row["ms_per_step_each"].values())
+        assert row["ms_per_step"] == sorted(row["ms_per_step_each"]["lmlab"])[1]  # the median
+        assert (row["batch_size"], row["seq_len"]) == TINY_BATCH
         assert row["tokens_per_s"] == pytest.approx(
-            row["batch_size"] * row["seq_len"] / row["ms_per_step"] * 1000)
+            TINY_BATCH[0] * TINY_BATCH[1] / row["ms_per_step"] * 1000)
+    # the eager and the compiled row train one model on the same batches: equal FLOPs a token
+    eager, compiled = timed[0], timed[1]
+    assert eager["mfu"] / eager["tokens_per_s"] == pytest.approx(
+        compiled["mfu"] / compiled["tokens_per_s"])
     whole = timed[0]["ms_per_step_each"]["lmlab whole logits"]
     assert timed[0]["whole_logits_vs_default"] == pytest.approx(
         timed[0]["ms_per_step"] / sorted(whole)[1])

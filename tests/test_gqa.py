@@ -15,6 +15,7 @@ from lmlab.export import from_hf_state_dict, hf_config, to_hf_state_dict
 from lmlab.kernels.attention import attend, plain_attention
 from lmlab.model import KVCache, LanguageModel, MaskSpec
 from lmlab.model.flops import flops_per_token
+from tests.conftest import assert_close_in_bf16
 from tests.test_hf_parity import (
     VOCAB,
     assert_same_outputs,
@@ -95,16 +96,16 @@ def test_attention_paths_group_query_heads_alike(kind, query_len):
     prefix = torch.tensor([4, 10, 1]) if kind == "prefix" else None
     spec = MaskSpec(kind, prefix, segments if query_len > 1 else None)
     mask, causal = spec.sdpa_arguments(query_len, 16)
-    expected = repeated_heads_reference(q, k, v, mask, causal)
-    torch.testing.assert_close(attend(q, k, v, spec, 0.0), expected, atol=1e-6, rtol=0)
-    half = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    torch.testing.assert_close(attend(q, k, v, spec, 0.0),
+                               repeated_heads_reference(q, k, v, mask, causal), atol=1e-6, rtol=0)
+    half, reference = ([t.bfloat16().requires_grad_() for t in (q, k, v)] for _ in range(2))
     got = plain_attention(*half, mask, causal, 0.0)
-    torch.testing.assert_close(got.float(), expected, atol=3e-2, rtol=3e-2)
-    got.float().sum().backward()
-    full = [t.clone().requires_grad_() for t in (q, k, v)]
-    repeated_heads_reference(*full, mask, causal).sum().backward()
-    for mine, reference in zip(half, full, strict=True):
-        torch.testing.assert_close(mine.grad.float(), reference.grad, atol=6e-2, rtol=6e-2)
+    expected = repeated_heads_reference(*reference, mask, causal)
+    assert_close_in_bf16(got, expected)
+    got.sum().backward()
+    expected.sum().backward()
+    for mine, theirs in zip(half, reference, strict=True):
+        assert_close_in_bf16(mine.grad, theirs.grad)
 
 
 def test_flops_count_the_weights_that_run():

@@ -5,31 +5,64 @@ import random
 
 import numpy as np
 import pytest
+from fontTools.ttLib import TTFont
+from matplotlib import font_manager
 
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.report.plots import _characters, label_font, plot_confusion_matrix
+from lmlab.report import plots
+from lmlab.report.plots import label_font, plot_confusion_matrix
 from lmlab.train.pretrain import pretrain
 
 CHINESE = ["体育", "财经"]
 ARABIC = ["رياضة", "اقتصاد"]
+PRIVATE = ["\U000f0000", "\U000f0001"]  # Unicode's private use: no installed font's letters
 
 
-@pytest.mark.parametrize("labels", [CHINESE, ARABIC, ["neg", "pos"]])
-def test_the_font_chosen_draws_every_character(labels):
-    font = label_font(labels)
+def fonts_drawing(labels: list[str]) -> set[str]:
+    """The installed fonts whose character maps, read by fontTools, hold every character of
+    `labels`; not Last Resort, which draws a box for each."""
     needed = {ord(c) for label in labels for c in label}
-    assert font is None or needed <= _characters(font.get_file())
-    assert font is None or "LastResort" not in font.get_file()  # boxes for every character
-    if labels is not CHINESE:  # matplotlib's own DejaVu Sans has Latin and Arabic letters
-        assert font is not None
+    return {font.fname for font in font_manager.fontManager.ttflist
+            if not font.name.startswith("Last Resort") and needed <= characters(font.fname)}
 
 
-@pytest.mark.parametrize("labels", [CHINESE, ARABIC])
-def test_a_confusion_matrix_of_any_script_warns_of_nothing(labels, tmp_path, recwarn, capfd):
+def characters(font_file: str) -> set[int]:
+    with TTFont(font_file, fontNumber=0, lazy=True) as font:
+        return set(font.getBestCmap())
+
+
+@pytest.mark.parametrize("labels", [CHINESE, ARABIC, ["neg", "pos"], PRIVATE])
+def test_the_font_chosen_draws_every_character(labels):
+    """A font when an installed one draws the labels (a CJK font for Chinese, where there is
+    one), and that one; None when none does."""
+    font, drawing = label_font(labels), fonts_drawing(labels)
+    # get_file() gives a FontPath: a str subclass that also carries the face index
+    assert (str(font.get_file()) in drawing) if drawing else font is None
+    if labels in (ARABIC, ["neg", "pos"]):  # matplotlib's own DejaVu Sans has their letters
+        assert drawing
+    if labels is PRIVATE:
+        assert not drawing
+
+
+@pytest.mark.parametrize("labels", [CHINESE, ARABIC, PRIVATE])
+def test_a_confusion_matrix_of_any_script_warns_of_nothing(labels, tmp_path, recwarn, capfd,
+                                                          monkeypatch):
+    """Labels no installed font draws are shown by their index."""
+    ticks = []
+
+    def save_png(figure, out_path):
+        axis = figure.axes[0]
+        ticks.extend([[t.get_text() for t in axis.get_xticklabels()],
+                      [t.get_text() for t in axis.get_yticklabels()]])
+        saving(figure, out_path)
+
+    saving = plots.save_png
+    monkeypatch.setattr(plots, "save_png", save_png)
     plot_confusion_matrix(np.array([[3, 1], [0, 2]]), labels, tmp_path / "confusion.png")
+    assert ticks == 2 * [labels if fonts_drawing(labels) else ["0", "1"]]
     assert (tmp_path / "confusion.png").read_bytes().startswith(b"\x89PNG")
     assert [str(w.message) for w in recwarn] == []
     assert capfd.readouterr() == ("", "")

@@ -12,7 +12,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
-from lmlab.model.heads import generator_config
+from lmlab.model.generator import generator_config
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import NOTHING_LEARNED, base_rate_entropy, sample_tokens
 from lmlab.train.evaluate import ValidationWarnings

@@ -85,7 +85,7 @@ def _grouped(q: Tensor, k: Tensor) -> bool:
 
 def _repeat_heads(kv: Tensor, group_size: int) -> Tensor:
     """(B, kv_heads, S, d) → (B, kv_heads·group_size, S, d), each head repeated for its group."""
-    return kv.repeat_interleave(group_size, dim=1)
+    return kv.repeat_interleave(group_size, dim=1)  # (B, kvh·group_size, S, hs)
 
 
 def plain_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
@@ -96,20 +96,20 @@ def plain_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
         k, v = _repeat_heads(k, group_size), _repeat_heads(v, group_size)
     batch, heads, query_len, width = q.shape
     key_len = k.shape[2]
-    q, k, v = (t.reshape(batch * heads, -1, width) for t in (q, k, v))
+    q, k, v = (t.reshape(batch * heads, -1, width) for t in (q, k, v))  # (B·nh, T, hs)
     if is_causal:  # the mask added inside the product: no separate pass forward or backward
         bias = (causal_bias if torch.compiler.is_compiling() else _kept_causal_bias)(
             query_len, key_len, q.dtype, q.device)  # a compiled graph holds its own
-        scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=width**-0.5)
+        scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=width**-0.5)  # (B·nh, T, S)
     else:
-        scores = torch.bmm(q * width**-0.5, k.transpose(1, 2))
+        scores = torch.bmm(q * width**-0.5, k.transpose(1, 2))  # (B·nh, T, S)
     if attn_mask is not None:  # broadcast over the 4-d view of the scores, copied nowhere
-        scores = scores.view(batch, heads, query_len, key_len).masked_fill(
-            ~attn_mask, float("-inf")).view(batch * heads, query_len, key_len)
+        scores = scores.view(batch, heads, query_len, key_len).masked_fill(  # (B, nh, T, S)
+            ~attn_mask, float("-inf")).view(batch * heads, query_len, key_len)  # (B·nh, T, S)
     weights = torch.softmax(scores, -1, dtype=torch.float32)  # accumulated in fp32
     if dropout_p:
         weights = F.dropout(weights, dropout_p)
-    return torch.bmm(weights.to(v.dtype), v).view(batch, heads, query_len, width)
+    return torch.bmm(weights.to(v.dtype), v).view(batch, heads, query_len, width)  # (B, nh, T, hs)
 
 
 def causal_bias(query_len: int, key_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:

@@ -67,13 +67,16 @@ class SelfAttention(nn.Module):
         # The heads of q, k and v side by side, split before the heads move ahead of T into
         # (B, heads, T, d) views: split after, backward would copy the joined gradients once
         # more to undo the move (one copy a layer, seen in the compiled backward graph).
-        heads = self.qkv(x).view(batch, length, sum(self.head_counts), self.head_dim)
-        q, k, v = (part.transpose(1, 2) for part in heads.split(self.head_counts, dim=2))
+        heads = self.qkv(x).view(  # (B, T, nh + 2·kvh, hs)
+            batch, length, sum(self.head_counts), self.head_dim)
+        q, k, v = (part.transpose(1, 2)  # (B, nh, T, hs); k, v: (B, kvh, T, hs)
+                   for part in heads.split(self.head_counts, dim=2))
         if self.qk_norms is not None:
             q, k = self.qk_norms[0](q), self.qk_norms[1](k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if cache is not None:
-            k, v = cache.update(self.layer_index, k, v)
+            k, v = cache.update(self.layer_index, k, v)  # (B, kvh, S, hs): the cached and new
         y = attend(q, k, v, mask, self.dropout if self.training else 0.0)
-        return self.out(gather_rows(y.transpose(1, 2).reshape(batch, length, -1), keep))
+        y = y.transpose(1, 2).reshape(batch, length, -1)  # (B, nh, T, hs) → (B, T, nh·hs)
+        return self.out(gather_rows(y, keep))  # (B, T, d), or (N, d) at `keep`

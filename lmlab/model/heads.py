@@ -4,8 +4,8 @@ QA) every position.
 
 A token head runs at chosen `Positions` (None = everywhere): for MLM that skips the ~85% of
 rows of the costliest matmul that carry no target. A vocabulary head can also stop short of
-its decoder and return `Unprojected` features, which a loss projects and scores in one fused
-step (lmlab/kernels/linear_cross_entropy.py).
+its decoder and return `Unprojected` features, which the loss (lmlab.objectives.losses)
+projects and scores in one fused step (lmlab/kernels/linear_cross_entropy.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from torch import Tensor, nn
 
 from lmlab.config import ModelConfig
 from lmlab.kernels.linear import Linear
-from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
+from lmlab.model.generator import GeneratorHead
+from lmlab.model.head import Head
 from lmlab.model.layers import make_norm
 from lmlab.model.selectors import Pooling, Positions, Rows
-from lmlab.model.sharing import SHARINGS
-from lmlab.model.transformer import Transformer
 
 
 def soft_cap(logits: Tensor, cap: float) -> Tensor:
@@ -43,47 +42,6 @@ class Unprojected:
 
     def logits(self) -> Tensor:
         return soft_cap(self.decoder(self.features), self.cap)
-
-    def cross_entropy(self, targets: Tensor) -> tuple[Tensor, Tensor]:
-        """(summed loss, per-row losses) against `targets` (N,); fused (linear_cross_entropy)
-        unless the logits are capped, which the fused kernel does not do."""
-        if self.cap:
-            losses = F.cross_entropy(self.logits().float(), targets.reshape(-1),
-                                     ignore_index=IGNORE_INDEX, reduction="none")
-            return losses.sum(), losses.detach()
-        return linear_cross_entropy(self.features, self.decoder.weight, self.decoder.bias,
-                                    targets)
-
-
-class Head(nn.Module):
-    """An output head over the backbone's hidden states (B, T, d); a token head unless it says
-    otherwise in `accepts`, the selectors (or None) it can be given as `at`. A head that
-    `reads_inputs` is a model of its own over the input ids (a generator), called with the
-    backbone's inputs instead of its states; it shares the input embedding whatever `cfg`
-    says about tying."""
-
-    accepts: tuple[type, ...] = (Positions, type(None))
-    reads_inputs = False
-    # Whether the model reads the embedding it shares through a stop-gradient and a residual
-    # of its own (DeBERTa-v3's GDES, lmlab.model.sharing) rather than as it is.
-    gradient_disentangled = False
-
-    def tie(self, embedding: nn.Embedding) -> None:
-        """Share the input embedding, when the model ties it; only vocabulary heads do."""
-
-    def start_from(self, pretrained: Mapping[str, nn.Module], embedding: nn.Embedding) -> None:
-        """Start, as a new head on a pre-trained backbone (whose token embedding is
-        `embedding`), from what the `pretrained` heads (by name) learned that it shares; most
-        heads share nothing and start fresh."""
-
-    @classmethod
-    def how_it_starts(cls, cfg: ModelConfig) -> str:
-        """How `start_from` starts it when nothing pre-trained has it, in a few words."""
-        return "fresh"
-
-    def initialise(self) -> None:
-        """Set what the model's generic initialisation (normal weights, zero biases) would
-        start wrongly; it runs after that one. Most heads need nothing."""
 
 
 class VocabularyHead(Head):
@@ -267,63 +225,6 @@ class DiscriminatorHead(Head):
 
     def forward(self, hidden: Tensor, at: Positions | None = None) -> Tensor:
         return self.score(F.gelu(self.transform(read_tokens(hidden, at))))
-
-
-GENERATOR_SIZES = ("width/4", "width/2", "depth/2")
-
-
-def generator_config(cfg: ModelConfig, size: str) -> ModelConfig:
-    """The generator's shape beside a discriminator of shape `cfg`: a quarter or half of its
-    width (ELECTRA's 1/4-1/2, heads scaled alike), or half its depth (DeBERTa-v3)."""
-    if size not in GENERATOR_SIZES:
-        raise ValueError(f"generator size {size!r} is not one of {', '.join(GENERATOR_SIZES)}")
-    what, _, divisor = size.partition("/")
-    if what == "depth":
-        return cfg.with_changes(n_layers=max(1, cfg.n_layers // int(divisor)))
-    heads = max(1, cfg.n_heads // int(divisor))
-    width = max(cfg.d_model // int(divisor), heads * 2)  # an even head size for rotary
-    return cfg.with_changes(d_model=width, n_heads=heads, n_kv_heads=None, head_size=None,
-                            ffn_size=None)
-
-
-class GeneratorHead(Head):
-    """A small masked LM over the input ids (ELECTRA's generator): the shared token embedding,
-    projected to its width when narrower, its own blocks, then BERT's prediction head back at
-    the embedding's width with the decoder tied to the shared embedding. Logits (N, V) at
-    `at` (None: everywhere). `sharing` (lmlab.model.sharing): "electra", the model reads the
-    shared table as it is; "gdes", through a stop-gradient plus a residual of its own."""
-
-    reads_inputs = True
-
-    @classmethod
-    def how_it_starts(cls, cfg: ModelConfig) -> str:
-        return "fresh blocks, token embedding shared with the backbone"
-
-    def __init__(self, cfg: ModelConfig, size: str = "width/4", sharing: str = "electra") -> None:
-        super().__init__()
-        if sharing not in SHARINGS:
-            raise ValueError(f"embedding sharing {sharing!r} is not one of {', '.join(SHARINGS)}")
-        self.gradient_disentangled = sharing == "gdes"
-        inner = generator_config(cfg, size)
-        self.encoder = Transformer(inner)
-        if inner.d_model != cfg.d_model:  # ELECTRA's `embeddings_project`
-            self.encoder.token_embedding = nn.Sequential(
-                nn.Embedding(cfg.vocab_size, cfg.d_model), Linear(cfg.d_model, inner.d_model))
-        self.transform = Linear(inner.d_model, cfg.d_model)
-        self.norm = make_norm(cfg)
-        self.decoder = Linear(cfg.d_model, cfg.vocab_size)
-
-    def tie(self, embedding: nn.Embedding) -> None:
-        embedded = self.encoder.token_embedding
-        (embedded[0] if isinstance(embedded, nn.Sequential) else embedded).weight = \
-            embedding.weight
-        self.decoder.weight = embedding.weight
-
-    def forward(self, input_ids: Tensor, mask, positions: Tensor | None = None,
-                token_type_ids: Tensor | None = None, at: Positions | None = None) -> Tensor:
-        keep = None if at is None else at.flat
-        hidden = self.encoder(input_ids, mask, positions, token_type_ids, keep=keep)
-        return self.decoder(self.norm(F.gelu(self.transform(hidden))))
 
 
 # Heads by the name objectives and batches use for them.

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
+from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from lmlab.model.heads import Unprojected
 from lmlab.model.selectors import Positions
 
@@ -37,9 +37,13 @@ class LossSum:
 def cross_entropy(output: Tensor | Unprojected, targets: Tensor) -> tuple[Tensor, Tensor]:
     """(summed loss, per-row losses) of a vocabulary head's output against flat `targets`,
     IGNORE_INDEX rows counting 0. Only the sum is sure to carry a gradient: an Unprojected
-    output is scored by the fused projection + cross-entropy."""
+    output is scored by the fused projection + cross-entropy (linear_cross_entropy), unless
+    its logits are capped, which the fused kernel does not do."""
     if isinstance(output, Unprojected):
-        return output.cross_entropy(targets)
+        if not output.cap:
+            return linear_cross_entropy(output.features, output.decoder.weight,
+                                        output.decoder.bias, targets)
+        output = output.logits()
     logits = output.reshape(-1, output.shape[-1]).float()
     losses = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
     return losses.sum(), losses

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lmlab.config import ModelConfig
-from lmlab.model.heads import GENERATOR_SIZES, generator_config
+from lmlab.model.generator import GENERATOR_SIZES, generator_config
 from lmlab.model.selectors import Positions
 from lmlab.model.sharing import SHARINGS
 from lmlab.objectives.base import Objective
