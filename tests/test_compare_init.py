@@ -177,3 +177,25 @@ def test_a_plan_with_init_refuses_sizes_and_a_missing_run(
                  world["data"]]) == 1
     err = capsys.readouterr().err.strip()
     assert "is not a readable lmlab run" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("class_name,control", [("BertModel", "mlm"),
+                                                ("BertForPreTraining", "mlm+nsp")])
+def test_the_control_runs_the_sources_objective_only_with_the_sources_heads(
+        tmp_path, class_name, control):
+    """An encoder imported without heads (as sentence-transformers models come) has no head
+    its own objective (mlm+nsp) trains, nor sentence offsets in the user's text to need: its
+    control runs the first adaptation's objective; one with both heads runs its own."""
+    from lmlab.compare.subrun import control_objective
+    from lmlab.export.importer import import_hf
+    from lmlab.train.warm_start import load_source
+    from tests.test_continued_pretraining import run_dataset
+    from tests.test_hf_import import saved_bert
+
+    saved_bert(tmp_path / "hf", class_name=class_name)
+    imported = import_hf(tmp_path / "hf", tmp_path / "run").out
+    source = load_source(str(imported))
+    assert source.run.spec == "mlm+nsp"
+    cfg = CompareConfig(objectives=("none", "mlm"), budget="10", match="steps",
+                        init=str(imported), out=str(tmp_path / "cmp"))
+    assert control_objective(cfg, source, run_dataset(imported)) == control

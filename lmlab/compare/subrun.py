@@ -12,12 +12,13 @@ import json
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lmlab.atomic import atomic_write, write_text_atomic
 from lmlab.compare.arms import Start, SubRun
-from lmlab.compare.design import CompareConfig
+from lmlab.compare.design import CONTROL, CompareConfig
 from lmlab.compare.measures import (
     MINIMAL_PAIRS,
     HeldOut,
@@ -32,6 +33,9 @@ from lmlab.runs.checkpoints import PREFIX, list_checkpoints
 
 SCORES = "scores.npz"
 PRETRAINED = "pretrained.json"  # written when pre-training ended: its wall time and steps
+
+if TYPE_CHECKING:
+    from lmlab.train.warm_start import InitSource
 
 
 def finished(sub: SubRun) -> bool:
@@ -72,7 +76,24 @@ def starting_point(cfg: CompareConfig, dataset: Dataset) -> Start | None:
     from lmlab.train.warm_start import checked_source
 
     source = checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
-    return Start(source.model_cfg, source.run.spec)
+    return Start(source.model_cfg, control_objective(cfg, source, dataset))
+
+
+def control_objective(cfg: CompareConfig, source: InitSource, dataset: Dataset) -> str:
+    """What the control runs for no steps: the source's own objective when the source has
+    every head it trains (the control's heads are then the source's own), else the first
+    adaptation's (an imported encoder without heads: its new heads made as that arm makes
+    them)."""
+    from lmlab.objectives.registry import build_objective
+
+    own = source.run.spec
+    try:
+        heads = build_objective(own, dataset.special, word_starts=dataset.word_starts).heads
+    except ValueError:  # the source's own objective cannot read this data
+        heads = None
+    if heads is not None and all(name in source.run.model.heads for name in heads):
+        return own
+    return next((spec for spec in cfg.objectives if spec != CONTROL), own)
 
 
 def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None:
