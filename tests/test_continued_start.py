@@ -132,3 +132,20 @@ def test_continued_weights_learn_at_a_tenth_of_the_rate_by_default(source, toy, 
     given = pretraining.pretrain(TrainConfig(objective="clm", init=str(source), lr=3e-4,
                                              out=str(tmp_path / "g"), **TINY), toy)
     assert load_run(given).config.train["lr"] == 3e-4
+
+
+def test_no_steps_with_a_new_head_keep_the_source_as_it_came(source, toy, tmp_path,  # noqa: F811
+                                                             capsys):
+    """A control of lmlab compare --init: no steps, so no head warm-up to plan or warn of."""
+    settings = {k: v for k, v in TINY.items() if k not in ("steps", "warmup_steps")}
+    out = pretraining.pretrain(TrainConfig(objective="mlm", init=str(source), steps=0,
+                                           out=str(tmp_path / "c"), **settings), toy)
+    assert "warm-up" not in capsys.readouterr().out
+    (record,) = evals(out)
+    assert record["step"] == 0 and record["head_warmup_steps"] == 0
+
+
+def test_a_head_warmup_longer_than_the_run_still_runs(source, toy, tmp_path):  # noqa: F811
+    out = pretraining.pretrain(TrainConfig(objective="mlm", init=str(source), head_warmup_steps=5,
+                                           out=str(tmp_path / "c"), **TINY), toy)
+    assert [r["step"] for r in evals(out)] == [0, 2]

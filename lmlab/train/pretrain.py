@@ -207,8 +207,9 @@ def _schedule(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
                                    planned_steps)
     if env.is_main:
         say_how_it_starts(source, plan.heads, head_steps, total_steps)
-    schedule = Schedule(cfg.schedule, total_steps, _warmup_steps(cfg, planned_steps - head_steps),
-                        cfg.lr_floor, held_steps=head_steps, held_level=NEW_WEIGHTS_LR / cfg.lr)
+    warmup = _warmup_steps(cfg, max(0, planned_steps - head_steps))
+    schedule = Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor, held_steps=head_steps,
+                        held_level=NEW_WEIGHTS_LR / cfg.lr)
     return schedule, HeadWarmup.of(model, new_heads, head_steps) if head_steps else None
 
 

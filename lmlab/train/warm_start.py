@@ -176,7 +176,7 @@ def head_warmup_steps(steps: int | None, distributed: bool, new_heads: tuple[str
     """Steps the new heads train alone: `steps` as given, else HEAD_WARMUP_SHARE of the run
     (none when no head is new, or under torchrun: its wrappers cannot freeze the body
     mid-run)."""
-    if not new_heads or distributed:
+    if not new_heads or distributed or planned_steps == 0:  # no steps: the source as it came
         return 0
     if steps is not None:
         return steps
