@@ -40,14 +40,17 @@ def test_padding_does_not_change_a_texts_embedding(family, objective, heads, poo
     np.testing.assert_allclose(batch[1], alone, atol=1e-5)
 
 
-def test_mean_pooling_averages_the_texts_own_tokens():
+def test_mean_pooling_averages_the_texts_own_tokens_and_mean_all_every_token_read():
     pretrained = pretrained_for("bert", "mlm")
     ids = text(7, seed=4)
     # The model reads the text as training read documents: followed by [EOS].
     document = torch.tensor([[*ids, SPECIAL.eos]])
     with torch.no_grad():
         hidden = pretrained.model(document, MaskSpec("bidirectional"), predict_at={})["hidden"]
-    np.testing.assert_allclose(pretrained.embed(ids), hidden[0, :7].mean(0).numpy(), atol=1e-5)
+    np.testing.assert_allclose(pretrained.embed(ids, "mean"), hidden[0, :7].mean(0).numpy(),
+                               atol=1e-5)
+    # the default, as sentence-transformers pools: the [EOS] too
+    np.testing.assert_allclose(pretrained.embed(ids), hidden[0].mean(0).numpy(), atol=1e-5)
     np.testing.assert_allclose(pretrained.embed(ids, "cls"), hidden[0, 0].numpy(), atol=1e-5)
 
 
@@ -58,7 +61,9 @@ def test_nsp_models_pool_their_cls_token():
     with torch.no_grad():
         hidden = pretrained.model(document, MaskSpec("bidirectional"), predict_at={})["hidden"]
     np.testing.assert_allclose(pretrained.embed(ids, "cls"), hidden[0, 0].numpy(), atol=1e-5)
-    np.testing.assert_allclose(pretrained.embed(ids), hidden[0, 1:7].mean(0).numpy(), atol=1e-5)
+    np.testing.assert_allclose(pretrained.embed(ids, "mean"), hidden[0, 1:7].mean(0).numpy(),
+                               atol=1e-5)
+    np.testing.assert_allclose(pretrained.embed(ids), hidden[0].mean(0).numpy(), atol=1e-5)
 
 
 def test_normalized_embeddings_have_unit_length():

@@ -84,15 +84,17 @@ def test_sentence_transformers_loads_the_export_without_a_warning(tmp_path, capf
             assert not pooler.any()
 
 
-def test_sentence_transformers_export_uses_the_pooling_the_run_records(tmp_path):
+def test_a_masked_run_exports_to_sentence_transformers_as_lmlab_embeds_it(tmp_path):
+    """lmlab embed's default pools every token read, as sentence-transformers does, so the
+    README's masked run exports with no flags; the text-only mean has no counterpart."""
     run = load_run(pretrained_run(tmp_path / "run", "modernbert", "mlm"))
     with pytest.raises(ExportError, match="--pooling mean-all") as error:
-        export_run(run, tmp_path / "st", format="sentence-transformers")  # lmlab's mean
+        export_run(run, tmp_path / "st", format="sentence-transformers", pooling="mean")
     assert "\n" not in str(error.value) and not (tmp_path / "st").exists()
-    exported = export_run(run, tmp_path / "st", format="sentence-transformers",
-                          pooling="mean-all")
+    exported = export_run(run, tmp_path / "st", format="sentence-transformers")
     back = load_run(import_hf(exported.out, tmp_path / "back").out)
-    assert float(abs(embed(back, TEXTS) - embed(run, TEXTS, "mean-all")).max()) <= 1e-6
+    assert float(abs(embed(back, TEXTS) - embed(run, TEXTS)).max()) <= 1e-6
+    assert float(abs(embed(run, TEXTS) - embed(run, TEXTS, "mean-all")).max()) == 0
 
 
 @pytest.mark.parametrize("family", ["modern", "gpt2"])

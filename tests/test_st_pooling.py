@@ -137,11 +137,11 @@ def test_what_lmlab_does_not_compute_is_noted_and_defaults_apply(tmp_path, capsy
                                                                 pooling, named):
     sentence_transformers_dir(tmp_path / "hf", modules, **pooling)
     code, _, err = imported(tmp_path, capsys)
-    assert code == 0 and named in err and "--pooling mean" in err
+    assert code == 0 and named in err and "--pooling mean-all" in err
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert "embedding" not in config
     run = load_run(tmp_path / "run")
-    np.testing.assert_array_equal(embed(run, TEXTS), embed(run, TEXTS, "mean", False))
+    np.testing.assert_array_equal(embed(run, TEXTS), embed(run, TEXTS, "mean-all", False))
 
 
 def test_a_broken_modules_json_is_refused_with_nothing_written(tmp_path, capsys):

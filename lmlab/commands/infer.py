@@ -63,7 +63,7 @@ def add_infer_commands(commands: argparse._SubParsersAction) -> None:
     emb.add_argument("--pooling", choices=POOLINGS,
                      help="average the text's tokens, or every token read ([CLS]/[SEP] too), "
                      "or take the first position; default: the run's own (an imported "
-                     "sentence-transformers model's), else mean")
+                     "sentence-transformers model's), else mean-all")
     emb.add_argument("--normalize", action=argparse.BooleanOptionalAction,
                      help="scale vectors to unit length; default: as the run records")
     _add_threads_argument(emb)

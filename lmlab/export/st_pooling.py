@@ -47,7 +47,7 @@ def read_embedding(directory: Path, context: int) -> tuple[Embedding | None, str
         return _entry(directory, modules, context), None
     except _NotComputed as why:
         return None, (f"{path}: {why}, which lmlab embed does not compute; the run embeds "
-                      "with lmlab's defaults (--pooling mean)")
+                      "with lmlab's defaults (--pooling mean-all)")
 
 
 def _modules(path: Path) -> list[tuple[str, str]]:

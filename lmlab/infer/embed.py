@@ -5,9 +5,11 @@ the layout adds); `mean-all` over every token the model read, those included (as
 sentence-transformers pools); `cls` takes the first position, which is [CLS] for models
 trained with NSP and the first token otherwise. A run imported from sentence-transformers
 records its own pooling, normalisation and text length (config.json's `embedding`), used
-unless others are asked for. Texts are read with the attention the model was trained with:
-bidirectional, unless it was trained only causally. Batches are padded on the right and the
-padding is masked out of attention, so a text's embedding does not depend on its batch.
+unless others are asked for; any other run pools by `mean-all`, the ecosystem's mean, so that
+its sentence-transformers export computes what `lmlab embed` does. Texts are read with the
+attention the model was trained with: bidirectional, unless it was trained only causally.
+Batches are padded on the right and the padding is masked out of attention, so a text's
+embedding does not depend on its batch.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from lmlab.runs.schema import Embedding
 
 def embedding_reading(run: Run, pooling: str | None = None,
                       normalize: bool | None = None) -> tuple[str, bool]:
-    """(pooling, normalize): those given, else those the run records, else mean, unscaled."""
+    """(pooling, normalize): those given, else those the run records, else mean-all (every
+    token read: as sentence-transformers pools, and as fine-tuning's mean pools), unscaled."""
     recorded = run.config.embedding or Embedding()
-    pooling = pooling or recorded.pooling or "mean"
+    pooling = pooling or recorded.pooling or "mean-all"
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
     return pooling, bool(recorded.normalize) if normalize is None else normalize
