@@ -1,4 +1,5 @@
-"""`lmlab eval RUN --data DIR|FILES... --pairs FILES...`: the command line of evaluation."""
+"""`lmlab eval RUN --data DIR|FILES... --pairs FILES...` and `lmlab eval RUN --harness TASKS`:
+the command line of evaluation."""
 
 from __future__ import annotations
 
@@ -32,16 +33,24 @@ def add_eval_command(commands) -> None:
     parser.add_argument("--text-field", default="text", help="JSONL field to read")
     parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
                         help="padded tokens per forward pass")
-    parser.add_argument("--out", type=Path, help="also write the results here as JSON")
+    parser.add_argument("--harness", metavar="TASKS",
+                        help="comma-separated lm-evaluation-harness tasks to run on a run that "
+                             "predicts the next token (pip install 'lmlab[harness]')")
+    parser.add_argument("--harness-include", type=Path, metavar="DIR",
+                        help="a folder of lm-eval task YAMLs of your own, for --harness")
+    parser.add_argument("--out", type=Path, help="also write the results here as JSON "
+                                                 "(with --harness: lm-eval's results)")
 
 
 def eval_command(args: argparse.Namespace) -> int:
     from lmlab.eval.evaluate import evaluate
     from lmlab.eval.report import format_report, write_json
 
+    if args.harness is not None or args.harness_include is not None:
+        return harness_command(args)
     if args.data is None and args.pairs is None:
         raise ValueError("lmlab eval needs --data (a prepared dataset or text files) and/or "
-                         "--pairs (minimal-pair files)")
+                         "--pairs (minimal-pair files), or --harness TASKS")
     if args.out:
         check_output_file(args.out, "results.json")
     group_by = [key.strip() for key in args.group_by.split(",")] if args.group_by else None
@@ -52,5 +61,36 @@ def eval_command(args: argparse.Namespace) -> int:
     print(format_report(result))
     if args.out:
         write_json(result, args.out)
+        print(f"results written to {args.out}")
+    return 0
+
+
+def harness_command(args: argparse.Namespace) -> int:
+    from lmlab.extras import require_extra
+
+    if args.harness is None:
+        raise ValueError("--harness-include names task YAMLs for --harness; give --harness "
+                         "TASKS too")
+    if args.data is not None or args.pairs is not None:
+        raise ValueError("--harness runs lm-eval's tasks alone; evaluate --data and --pairs "
+                         "in another lmlab eval")
+    if args.harness_include is not None and not args.harness_include.is_dir():
+        raise ValueError(f"--harness-include {args.harness_include}: no such folder")
+    tasks = [task.strip() for task in args.harness.split(",") if task.strip()]
+    if not tasks:
+        raise ValueError("--harness needs at least one task name, such as --harness hellaswag")
+    if args.out:
+        check_output_file(args.out, "results.json")
+    require_extra("lm_eval", "harness", "--harness", package="lm-eval")
+    from lmlab.atomic import make_directory, write_text_atomic
+    from lmlab.harness.lm_harness import evaluate_tasks, results_json, results_table
+    from lmlab.runs import load_run
+
+    run = load_run(args.run_dir, args.checkpoint, args.device)
+    results = evaluate_tasks(run, tasks, args.harness_include, args.batch_tokens)
+    print(results_table(results))
+    if args.out:
+        make_directory(args.out.parent)
+        write_text_atomic(args.out, results_json(results))
         print(f"results written to {args.out}")
     return 0
