@@ -19,8 +19,8 @@ differs). DESIGN's import rules hold over the module graph (tests/test_import_ru
 import circles, among modules or among packages; `config/` imports only `config/`; `train/`
 never imports `infer/`; `data/` never imports `objectives/`; `infer/` and `eval/` never import
 each other; `finetune/` never imports `infer/`; `model/` imports only `config/` and
-`kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`)
-never reach `train/` or a task's trainer, except the modules of `compare/` that run its
+`kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`,
+`harness/`) never reach `train/` or a task's trainer, except the modules of `compare/` that run its
 sub-runs. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."

@@ -1,6 +1,7 @@
 """Scoring rules against their plain definitions: pseudo-log-likelihood one mask at a time,
 sliding windows against independent chunks, each rule against the training objective's own
-loss, and a hand-built model whose log-probabilities are known in closed form."""
+loss, and a hand-built model whose log-probabilities are known in closed form; continuations
+scored after their contexts against the model called directly."""
 
 import math
 
@@ -9,12 +10,14 @@ import torch
 
 from lmlab.config.presets import preset
 from lmlab.eval import scoring
+from lmlab.eval.evaluate import score_continuations
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring, SpanScoring
 from lmlab.eval.scoring import score_documents
 from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import CausalLM, PrefixLM, SpecialTokens
 from lmlab.objectives.span_corruption import corrupt_spans
+from lmlab.runs import Run
 from tests.eval_models import favouring_model
 
 CONTEXT = 24
@@ -183,3 +186,50 @@ def test_scores_do_not_depend_on_how_rows_are_batched(special, rule, monkeypatch
     assert pieces.log_likelihood == pytest.approx(whole.log_likelihood, abs=1e-5)
     assert (pieces.predictions == whole.predictions).all()
     assert (pieces.top1 == whole.top1).all()
+
+
+def direct_log_probs(model: LanguageModel, context: list[int], continuation: list[int],
+                     prefix: bool) -> torch.Tensor:
+    """(len(continuation), V) log-probabilities of the tokens after the context, from one
+    forward pass over the whole row."""
+    ids = torch.tensor([context + continuation[:-1]])
+    mask = (MaskSpec("prefix", torch.tensor([len(context)])) if prefix
+            else MaskSpec("causal"))
+    with torch.inference_mode():
+        logits = model(ids, mask, torch.arange(ids.shape[1])[None])["lm"][0]
+    return logits[len(context) - 1:].log_softmax(-1)
+
+
+def direct_log_likelihood(model, context, continuation, prefix: bool) -> float:
+    read = direct_log_probs(model, context, continuation, prefix)
+    return float(read.gather(1, torch.tensor(continuation)[:, None]).sum())
+
+
+@pytest.mark.parametrize("spec", ["clm", "prefix"])
+def test_a_continuation_is_scored_after_its_context(special, spec):
+    """A causal model reads the context causally, a prefix LM as its bidirectional prefix, as
+    each was trained; a context too long for the window loses its start, and the greedy
+    continuation, only it, is recognised as such."""
+    model = tiny("gpt2", special, ("lm",))
+    run, prefix = Run.of(model, spec, special), spec == "prefix"
+    generator = torch.Generator().manual_seed(1)
+    context, long = (torch.randint(10, 90, (n,), generator=generator).tolist() for n in (5, 40))
+    continuation = torch.randint(10, 90, (4,), generator=generator).tolist()
+    ranked = direct_log_probs(model, context, [0], prefix)[0].argsort(descending=True).tolist()
+    scores = score_continuations(run, [(context, continuation), (long, continuation),
+                                       (context, ranked[:1]), (context, ranked[1:2])])
+    kept = long[-(CONTEXT + 1 - len(continuation)):]  # the window's first inputs
+    expected = [direct_log_likelihood(model, context, continuation, prefix),
+                direct_log_likelihood(model, kept, continuation, prefix)]
+    assert scores.log_likelihood[:2] == pytest.approx(expected, abs=1e-5)
+    assert scores.predictions.tolist() == [4, 4, 1, 1]
+    assert scores.top1[2:].tolist() == [1, 0]
+
+
+def test_a_continuation_longer_than_the_window_is_refused(special):
+    run = Run.of(tiny("gpt2", special, ("lm",)), "clm", special)
+    with pytest.raises(ValueError, match="cannot be scored in a window of 24"):
+        score_continuations(run, [([10], [11] * (CONTEXT + 1))])
+    masked = Run.of(tiny("bert", special, ("mlm",)), "mlm", special)
+    with pytest.raises(ValueError, match="never learned to predict the next token"):
+        score_continuations(masked, [([10], [11])])

@@ -17,7 +17,8 @@ NEVER = [
     ("lmlab.finetune", "lmlab.infer"),  # both read text through runs/
 ]
 MODEL_MAY_IMPORT = ("lmlab.model", "lmlab.config", "lmlab.kernels")
-CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare")
+CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare",
+             "lmlab.harness")
 # training, and a task's trainer: what reading a run must never load
 TRAINERS = ("lmlab.train", "lmlab.finetune.setup")
 # The objective lab trains its sub-runs and times candidate steps: these modules of compare/

@@ -19,6 +19,7 @@ from tests.serve_runs import make_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+TASKS = ROOT / "tests" / "harness_tasks"  # lm-eval task YAMLs and their data
 DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`(lmlab [^`]+)`")
@@ -81,6 +82,12 @@ def workspace(tmp_path_factory) -> Path:
     (root / "blimp" / "agreement.jsonl").write_text(json.dumps(
         {"sentence_good": "the cat runs.", "sentence_bad": "the cat run."}) + "\n")
     shutil.copy(root / "made" / "ner.conll", root / "test.conll")
+    # docs/eval.md's lm-eval task of your own: tasks/my_task.yaml over my_task.jsonl
+    (root / "tasks").mkdir()
+    (root / "tasks" / "my_task.yaml").write_text(
+        (TASKS / "tiny_choice.yaml").read_text().replace("lmlab_tiny_choice", "my_task")
+        .replace("choice.jsonl", "my_task.jsonl"))
+    shutil.copy(TASKS / "choice.jsonl", root / "my_task.jsonl")
     assert main(["prepare", str(root / "more.jsonl"), "--out", str(root / "data" / "mine"),
                  "--tokenizer", str(root / "runs" / "clm" / "tokenizer.json"),
                  "--sentinels", "8"]) == 0

@@ -1,6 +1,7 @@
 """`lmlab.evaluate`: perplexity, bits per byte and minimal-pair accuracy of a run, as one
-JSON-ready dict, under every scoring rule the run's objectives call for (see rules.py); and
-`score_texts`, the per-text log-likelihoods behind `Run.score`."""
+JSON-ready dict, under every scoring rule the run's objectives call for (see rules.py);
+`score_texts`, the per-text log-likelihoods behind `Run.score`; and `score_continuations`,
+continuations' log-likelihoods given their contexts, as evaluation harnesses ask for them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import torch
 
 from lmlab.eval.minimal_pairs import minimal_pair_accuracy, minimal_pair_files, read_minimal_pairs
 from lmlab.eval.perplexity import text_metrics
-from lmlab.eval.rules import ScoringRule, rules_for
-from lmlab.eval.scoring import DocumentScores, score_documents
+from lmlab.eval.rules import NextTokenScoring, ScoringRule, rules_for
+from lmlab.eval.scoring import DocumentScores, score_chunks, score_documents
 from lmlab.eval.texts import EvalText, dataset_text, file_text
 from lmlab.eval.windows import DEFAULT_BATCH_TOKENS
 from lmlab.runs import Run, load_run
@@ -44,6 +45,33 @@ def score_texts(run: Run, texts: Sequence[Text], rule: str | None = None,
     documents = [np.asarray(encode(run, text), dtype=np.int64) for text in items]
     return score_documents(run.model, scoring_rule(run, rule), documents, stride,
                            batch_tokens, progress)
+
+
+def next_token_rule(run: Run) -> NextTokenScoring:
+    """The run's next-token scoring (causal, else prefix LM), refused in one line for a run
+    that never learned to predict the next token."""
+    for rule in rules_for(run.objective, run.special):
+        if isinstance(rule, NextTokenScoring):
+            return rule
+    raise ValueError(f"a model trained with {run.spec!r} never learned to predict the next "
+                     "token, so it cannot score continuations; use a run trained with clm or "
+                     "prefix, or a mix with one of them")
+
+
+def score_continuations(run: Run, requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+                        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                        progress: bool = False) -> DocumentScores:
+    """log p(continuation | context) in nats for each (context ids, continuation ids) pair,
+    each read in one row of at most the model's context, its context's start dropped first;
+    a continuation was the greedy one where `top1` equals `predictions`."""
+    rule = next_token_rule(run)
+    rows = [(torch.as_tensor(c, dtype=torch.long), torch.as_tensor(t, dtype=torch.long))
+            for c, t in requests]
+    window = rule.window(run.max_seq_len)
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]) - len(rows[i][1]))
+    chunks = [(i, rule.continuation(*rows[i], window)) for i in order]  # checked before scoring
+    total = sum(len(t) for _, t in rows)
+    return score_chunks(run.model, rule, chunks, len(rows), total, batch_tokens, progress)
 
 
 def evaluation_text(data: str | Path | Sequence[str | Path], run: Run,

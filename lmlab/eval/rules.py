@@ -118,6 +118,19 @@ class NextTokenScoring(ScoringRule):
             yield Chunk(document[w.start:w.stop][None], torch.zeros_like(scored),
                         scored - 1 - w.start, document[scored], prefix_len)
 
+    def continuation(self, context: Tensor, continuation: Tensor, window: int) -> Chunk:
+        """One row scoring `continuation` after `context` (token ids, no framing added), as
+        lm-evaluation-harness reads a request: the row's last `window` inputs, the context's
+        start dropped first; the context is the prefix of a prefix LM."""
+        if not 1 <= len(continuation) <= window or not len(context):
+            raise ValueError(f"a continuation of {len(continuation)} tokens after "
+                             f"{len(context)} of context cannot be scored in a window of "
+                             f"{window}: it needs 1 to {window} tokens and some context")
+        row = torch.cat((context, continuation))[-(window + 1):-1]  # (≤ window,)
+        scored = torch.arange(len(row) - len(continuation), len(row))
+        prefix_len = torch.tensor([len(row) - len(continuation) + 1]) if self.prefix else None
+        return Chunk(row[None], torch.zeros_like(scored), scored, continuation, prefix_len)
+
 
 class MaskedScoring(ScoringRule):
     name = "pseudo"

@@ -9,7 +9,7 @@ vocabulary head runs only at the positions read.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,20 +55,35 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     window = rule.window(model.cfg.max_seq_len)
     stride = default_stride(window) if stride is None else stride
     check_stride(window, stride)
+
+    def chunks() -> Iterator[tuple[int, Chunk]]:  # the longest documents first
+        for index in sorted(range(len(documents)), key=lambda i: -len(documents[i])):
+            document = rule.document(torch.as_tensor(documents[index], dtype=torch.long))
+            for chunk in rule.chunks(document, window, stride):
+                yield index, chunk
+
+    # Progress in tokens scored; a document never has more predictions than tokens.
+    total = sum(len(d) for d in documents)
+    return score_chunks(model, rule, chunks(), len(documents), total, batch_tokens, progress)
+
+
+def score_chunks(model: LanguageModel, rule: ScoringRule, chunks: Iterable[tuple[int, Chunk]],
+                 count: int, total: int, batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                 progress: bool = False) -> DocumentScores:
+    """The scores of `count` documents from their (document index, chunk) pairs, which come
+    longest first so rows of similar length share a batch; `total`: the tokens the progress
+    bar counts."""
     if rule.head not in model.heads:
         raise ValueError(f"{rule.name} scoring needs the model's {rule.head!r} head")
-    count = len(documents)
     scores = DocumentScores(rule.name, rule.description, np.zeros(count),
                             np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64), 0.0)
     max_predictions = max(1, LOGITS_PER_BATCH // model.cfg.vocab_size)
     was_training = model.training
     model.eval()
     start = time.perf_counter()
-    # Progress in tokens scored; a document never has more predictions than tokens.
-    total = sum(len(d) for d in documents)
     with torch.inference_mode(), tqdm(total=total, desc=f"{rule.name} scoring", unit="tok",
                                       unit_scale=True, disable=not progress) as bar:
-        for batch in _batches(documents, rule, window, stride, batch_tokens, max_predictions):
+        for batch in _batches(chunks, batch_tokens, max_predictions):
             owners = np.concatenate([np.full(len(c.targets), i) for i, c in batch])
             log_probs, right = _log_probs(model, rule, [c for _, c in batch])
             np.add.at(scores.log_likelihood, owners, log_probs.numpy())
@@ -81,23 +96,21 @@ def score_documents(model: LanguageModel, rule: ScoringRule, documents: Sequence
     return scores
 
 
-def _batches(documents: Sequence, rule: ScoringRule, window: int, stride: int,
-             batch_tokens: int, max_predictions: int) -> Iterator[list[tuple[int, Chunk]]]:
+def _batches(chunks: Iterable[tuple[int, Chunk]], batch_tokens: int, max_predictions: int,
+             ) -> Iterator[list[tuple[int, Chunk]]]:
     """(document index, part of a chunk) in batches of at most `batch_tokens` padded tokens
-    and `max_predictions` predictions, the longest documents first."""
+    and `max_predictions` predictions."""
     batch: list[tuple[int, Chunk]] = []
     predictions = 0
-    for index in sorted(range(len(documents)), key=lambda i: -len(documents[i])):
-        document = rule.document(torch.as_tensor(documents[index], dtype=torch.long))
-        for chunk in rule.chunks(document, window, stride):
-            rows = min(batch_tokens // chunk.ids.shape[1], max_predictions)
-            for part in chunk.split(max(1, rows)):
-                if batch and (_padded_size(batch, part) > batch_tokens or
-                              predictions + len(part.targets) > max_predictions):
-                    yield batch
-                    batch, predictions = [], 0
-                batch.append((index, part))
-                predictions += len(part.targets)
+    for index, chunk in chunks:
+        rows = min(batch_tokens // chunk.ids.shape[1], max_predictions)
+        for part in chunk.split(max(1, rows)):
+            if batch and (_padded_size(batch, part) > batch_tokens or
+                          predictions + len(part.targets) > max_predictions):
+                yield batch
+                batch, predictions = [], 0
+            batch.append((index, part))
+            predictions += len(part.targets)
     if batch:
         yield batch
 
