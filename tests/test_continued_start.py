@@ -149,3 +149,29 @@ def test_a_head_warmup_longer_than_the_run_still_runs(source, toy, tmp_path):  #
     out = pretraining.pretrain(TrainConfig(objective="mlm", init=str(source), head_warmup_steps=5,
                                            out=str(tmp_path / "c"), **TINY), toy)
     assert [r["step"] for r in evals(out)] == [0, 2]
+
+
+def test_the_summary_says_worse_when_the_run_forgot_general_text(tmp_path):
+    """As all-MiniLM-L6-v2 continued at 1e-3: its own text better, general text worse (and its
+    task wrecked); the warm-up's end is the start."""
+    import json
+
+    from lmlab.commands.pretrain_summary import _before_after_lines
+
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"kind": "eval", "step": 0, "mlm/mlm_loss": 11.0, "mlm/mlm_ppl": 6e4,
+                "general/mlm/mlm_loss": 10.9, "general/mlm/mlm_ppl": 5e4,
+                "head_warmup_steps": 6},
+               {"kind": "eval", "step": 6, "mlm/mlm_loss": 7.82, "mlm/mlm_ppl": 2e3,
+                "general/mlm/mlm_loss": 7.80, "general/mlm/mlm_ppl": 2e3},
+               {"kind": "eval", "step": 60, "mlm/mlm_loss": 7.13, "mlm/mlm_ppl": 1e3,
+                "general/mlm/mlm_loss": 8.07, "general/mlm/mlm_ppl": 3e3}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = _before_after_lines(run)
+    assert lines[0] == ("from its start (after the new heads' 6-step warm-up, step 6) to its "
+                        "end (step 60):")
+    assert "  general-text loss (masked tokens): 7.80 → 8.07 nats" in lines
+    (warning,) = [line for line in lines if line.startswith("warning")]
+    assert warning.startswith("warning: the model ended worse on general text than it began "
+                              "(7.80 → 8.07 nats): it forgot")

@@ -90,13 +90,23 @@ def _before_after_lines(out: Path) -> list[str]:
     when = f"after the new heads' {warmup}-step warm-up" if warmup else "the weights as they came"
     lines = [f"from its start ({when}, step {start['step']}) to its end (step {end['step']}):"]
     lines += [f"  {loss_name(key)}: {start[key]:.2f} → {end[key]:.2f} nats" for key in keys]
-    worse = [key for key in keys if not key.startswith(GENERAL_TEXT) and end[key] > start[key]]
-    if worse:
-        lines.append("warning: the model ended worse on its own text than it began ("
-                     + "; ".join(f"{start[k]:.2f} → {end[k]:.2f} nats" for k in worse)
-                     + "); the starting weights may serve better: try a lower --lr or a "
-                       "longer --head-warmup-steps")
+    worse = [key for key in keys if end[key] > start[key]]
+    own = [key for key in worse if not key.startswith(GENERAL_TEXT)]
+    if own:
+        lines.append(f"warning: the model ended worse on its own text than it began "
+                     f"({_changes(start, end, own)}); the starting weights may serve better: "
+                     "try a lower --lr or a longer --head-warmup-steps")
+    if len(worse) > len(own):
+        lines.append(f"warning: the model ended worse on general text than it began "
+                     f"({_changes(start, end, [k for k in worse if k not in own])}): it forgot "
+                     "some of what it knew, which can cost the tasks it is wanted for; try a "
+                     "lower --lr, and compare with the model as it came (lmlab compare --init "
+                     "RUN --objectives none,...)")
     return lines
+
+
+def _changes(start: dict, end: dict, keys: list[str]) -> str:
+    return "; ".join(f"{start[key]:.2f} → {end[key]:.2f} nats" for key in keys)
 
 
 def held_out_passage(dataset: Dataset, length: int) -> list[int]:
