@@ -3,7 +3,10 @@ sentences before fine-tuning on SST-2? The adaptation against `none` (the model 
 each fine-tuned on a probe of --train-rows SST-2 rows, as a user runs it, timed whole.
 
     python benchmarks/compare_adaptation.py [--steps 60] [--seeds 2] [--probe-seeds 3]
-        [--train-rows 1000] [--work /tmp/lmlab-compare-adaptation]
+        [--eval-tokens 4000] [--train-rows 1000] [--work /tmp/lmlab-compare-adaptation]
+
+One budget (the full one) and a small held-out sample for pseudo bits per byte (each token
+scored masked on its own), so that the question a user asks takes minutes, not hours.
 
 The base is imported and its text prepared as benchmarks/adaptation_defaults.py does (the same
 SST-2 sentences past the probe's rows); the probe's checkpoint is chosen on rows carved from
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--probe-seeds", type=int, default=3)
+    parser.add_argument("--eval-tokens", type=int, default=4000)
     parser.add_argument("--train-rows", type=int, default=1000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-compare-adaptation"))
     args = parser.parse_args()
@@ -44,7 +48,8 @@ def main() -> None:
     train, selection, test = sst2_splits(SHARED / "data/sst2", args.work, args.train_rows)
     command = ["lmlab", "compare", "--init", str(base), "--objectives", "none,mlm",
                "--data", str(data), "--match", "steps", "--budget", str(args.steps),
-               "--seeds", str(args.seeds), "--seq-len", "64", "--batch-size", "32",
+               "--fractions", "1", "--seeds", str(args.seeds), "--eval-tokens",
+               str(args.eval_tokens), "--seq-len", "64", "--batch-size", "32",
                "--optimizer", "adamw", "--probe", f"sst2=classify:{train}:{selection}:{test}",
                "--probe-seeds", str(args.probe_seeds), "--probe-epochs", "1",
                "--out", str(args.work / "comparison")]
