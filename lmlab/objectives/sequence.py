@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from lmlab.objectives.base import Objective
 from lmlab.objectives.mixture import (
+    StepwiseParts,
     part_batch,
     part_loss,
     part_target_counts,
@@ -19,7 +20,7 @@ def switch_step(fraction: float, total_steps: int) -> int:
     return int(fraction * total_steps + 0.5)
 
 
-class Then(Objective):
+class Then(StepwiseParts):
     """The first objective for the first `fraction` of the run's optimiser steps, then the
     second, e.g. Then([CausalLM(...), MaskedLM(...)], 0.75): causal then masked LM, which beat
     masked LM alone at equal compute (Gisserot-Boukhlef et al. 2025). The switch step,
@@ -62,23 +63,6 @@ class Then(Objective):
     def index_at(self, step: int) -> int:
         """The part step `step` trains (the first until the run's length is known)."""
         return int(self.switch_step is not None and step >= self.switch_step)
-
-    def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
-
-    def target_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
-
-    def target_bound(self, rows: int, seq_len: int) -> int:
-        """Whichever stage trains, the largest of theirs."""
-        return max(o.target_bound(rows, seq_len) for o in self.objectives)
-
-    def last_block_fraction(self, rows: int, seq_len: int) -> float:
-        """Every batch asks all heads (the idle one at no position), so with two heads the
-        last block runs everywhere."""
-        if len(self.heads) > 1:
-            return 1.0
-        return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
 
     def _by_steps(self, share: Callable[[Objective], float]) -> float:
         """Each part's `share` weighted by the steps it trains: phase by phase once the run's
