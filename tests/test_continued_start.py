@@ -175,3 +175,12 @@ def test_the_summary_says_worse_when_the_run_forgot_general_text(tmp_path):
     (warning,) = [line for line in lines if line.startswith("warning")]
     assert warning.startswith("warning: the model ended worse on general text than it began "
                               "(7.80 → 8.07 nats): it forgot")
+
+
+def test_a_run_made_worse_is_not_offered_a_longer_run(source, toy, tmp_path):  # noqa: F811
+    config = TrainConfig(objective="clm", init=str(source), out=str(tmp_path / "c"),
+                         optimizer="adamw", lr=3.0, **{**TINY, "steps": 4})
+    text = summary(pretraining.pretrain(config, toy), toy, config)
+    assert "warning: the model ended worse" in text
+    assert "(longer runs learn more)" not in text
+    assert text.index("from its start") > text.index("continuation of held-out")  # example first

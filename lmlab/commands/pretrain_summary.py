@@ -57,12 +57,18 @@ def _loss_lines(out: Path, dataset: Dataset) -> list[str]:
     if not losses:
         return []
     baseline = unigram_loss(dataset)
-    lines = [f"  {loss_name(key)}: {value:.2f} nats (perplexity {math.exp(min(value, 50)):,.0f})"
+    lines = [f"  {loss_name(key)}: {value:.2f} nats ({_perplexity(value)})"
              for key, value in losses.items()]
     verdict = ("below it: the model uses the context" if min(losses.values()) < baseline else
                "not below it yet: the model has learned little beyond which tokens are common")
-    return [*lines, f"  a model of token frequencies alone: {baseline:.2f} nats (perplexity "
-                    f"{math.exp(min(baseline, 50)):,.0f}); {verdict}"]
+    return [*lines, f"  a model of token frequencies alone: {baseline:.2f} nats "
+                    f"({_perplexity(baseline)}); {verdict}"]
+
+
+def _perplexity(loss: float) -> str:
+    """exp(loss), or that it passes what a vocabulary could mean (e^50, past any tokenizer's
+    size: a diverged run), rather than one capped number for every such loss."""
+    return f"perplexity {math.exp(loss):,.0f}" if loss <= 50 else "perplexity beyond e^50"
 
 
 def _start_and_end(evals: list[dict]) -> tuple[dict, dict, int] | None:
@@ -231,15 +237,17 @@ def print_summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> None:
 def summary(out: Path, dataset: Dataset, cfg: TrainConfig) -> str:
     example, try_it = _example_or_why_not(out, dataset)
     try:
-        losses = _loss_lines(out, dataset) + _before_after_lines(out)
+        losses, changes = _loss_lines(out, dataset), _before_after_lines(out)
     except Exception as error:  # as above: a report never fails the run
-        losses = [f"  (the held-out losses could not be read: {_first_line(error)})"]
+        losses, changes = [f"  (the held-out losses could not be read: {_first_line(error)})"], []
     run_arg = shlex.quote(str(out))
+    # a run that made its model worse is not one to lengthen
+    worse = any(line.startswith("warning: the model ended worse") for line in changes)
     again = shlex.join(["lmlab", "pretrain", "--objective", cfg.objective,
                         *options_of(cfg, leave_out=("objective", *NOT_REPEATED)),
                         "--out", str(out), "--minutes", "30", "--overwrite"])
     return "\n".join([
         *_lineage_lines(out), f"run saved in {out}; at its end, on held-out text:", *losses,
-        *example, f"curves: {out / 'curves.png'}",
+        *example, *changes, f"curves: {out / 'curves.png'}",
         "next:", *try_it, f"  lmlab eval {run_arg} --data DATASET_OR_TEXT_FILES",
-        f"  {again}   (longer runs learn more)"])
+        *([] if worse else [f"  {again}   (longer runs learn more)"])])
