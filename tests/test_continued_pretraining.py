@@ -269,7 +269,8 @@ def test_a_continuation_under_torchrun_matches_one_process(tmp_path, strategy):
     args = ["--init", str(tmp_path / "source"), "--seq-len", "32", "--lr", "3e-3",
             "--log-every", "1", "--objective", "then:clm,mlm@0.5", "--steps", "4",
             "--batch-size", "8", "--micro-batch-size", "4", "--checkpoint-every", "4",
-            "--optimizer", "adamw"]  # what auto picks under FSDP2, for both sides
+            "--optimizer", "adamw",  # what auto picks under FSDP2, for both sides
+            "--head-warmup-steps", "0"]  # which torchrun's wrappers cannot do
     for name, launcher, extra in (("one", (sys.executable,), []),
                                   ("two", torchrun(2), ["--distributed", strategy])):
         done = subprocess.run([*launcher, str(SCRIPT), "--out", str(tmp_path / name), *args,
