@@ -184,3 +184,17 @@ def test_a_run_made_worse_is_not_offered_a_longer_run(source, toy, tmp_path):  #
     assert "warning: the model ended worse" in text
     assert "(longer runs learn more)" not in text
     assert text.index("from its start") > text.index("continuation of held-out")  # example first
+
+
+def test_a_resume_keeps_the_head_warmup_it_started_with(source, toy, tmp_path):  # noqa: F811
+    """A resumed run that grew its budget does not plan a new (longer) head warm-up, which
+    would freeze a body already training."""
+    from lmlab.runs.checkpoints import list_checkpoints, read_state
+
+    settings = dict(objective="mlm", init=str(source), out=str(tmp_path / "c"),
+                    **{**TINY, "steps": 10})
+    pretraining.pretrain(TrainConfig(**settings), toy)
+    pretraining.pretrain(TrainConfig(**{**settings, "steps": 40, "resume": True}), toy)
+    last = list_checkpoints(tmp_path / "c" / "checkpoints")[-1]
+    assert last.name == "step-00000040"
+    assert read_state(last)["loop"]["head_warmup_steps"] == 1  # 10% of the first 10 steps

@@ -88,7 +88,7 @@ def control_objective(cfg: CompareConfig, source: InitSource, dataset: Dataset) 
 
     own = source.run.spec
     try:
-        heads = build_objective(own, dataset.special, word_starts=dataset.word_starts).heads
+        heads = build_objective(own, source.run.special, word_starts=dataset.word_starts).heads
     except ValueError:  # the source's own objective cannot read this data
         heads = None
     if heads is not None and all(name in source.run.model.heads for name in heads):

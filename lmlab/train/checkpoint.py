@@ -48,6 +48,9 @@ class LoopState:
     best_checkpoint: str = ""
     evals_since_best: int = 0
     data: dict = field(default_factory=dict)
+    # steps the new heads trained alone, fixed at the start (None: a run saved before head
+    # warm-ups, which had none)
+    head_warmup_steps: int | None = None
 
 
 def optimizer_shard_name(rank: int) -> str:

@@ -25,10 +25,13 @@ class HeadWarmup:
 
     @classmethod
     def of(cls, model: nn.Module, new_heads: Iterable[str], steps: int) -> HeadWarmup:
-        """Freeze every parameter of `model` but those that belong to `new_heads` alone."""
+        """Freeze every parameter of `model` but those that belong to `new_heads` alone (no
+        warm-up when they own none)."""
         body = {id(p) for p in model.backbone.parameters()}
         learning = {id(p) for name in new_heads for p in model.heads[name].parameters()
                     if id(p) not in body}
+        if not learning:  # a new head made only of tied weights: nothing to warm up
+            return cls((), 0)
         return cls(tuple(p for p in model.parameters() if id(p) not in learning), steps)
 
     def at(self, step: int) -> None:

@@ -119,7 +119,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     texts = [("", _first_blocks(validation_blocks, eval_count), dataset.bytes_per_token),
              *_general_text(cfg, env, plan, source, micro_size, eval_count)]
     schedule, head_warmup = _schedule(cfg, env, model, source, plan, new_heads,
-                                      planned_steps or state.total_steps, state.total_steps)
+                                      planned_steps, state)
     data, made_ahead = _step_data(cfg, env, blocks, objective, accumulation)
     with made_ahead:
         run_training(training(
@@ -199,18 +199,24 @@ def _checked_new_heads(cfg: TrainConfig, env: distributed.Env, plan: ObjectivePl
 
 def _schedule(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
               source: InitSource | None, plan: ObjectivePlan, new_heads: tuple[str, ...],
-              planned_steps: int, total_steps: int) -> tuple[Schedule, HeadWarmup | None]:
+              planned_steps: int, state: LoopState) -> tuple[Schedule, HeadWarmup | None]:
     """The learning-rate schedule and a continued run's head warm-up (new heads alone at the
     rate new weights learn at, then the body's own warm-up), as said at the start; warm-ups
-    of the run's own plan, even when a resume lengthens it."""
-    head_steps = head_warmup_steps(cfg.head_warmup_steps, env.distributed, new_heads,
-                                   planned_steps)
+    of the run's own plan (`planned_steps`, a resumed run's; 0 for a new run), even when a
+    resume lengthens it. The head warm-up's length is fixed at the start and kept by a resume
+    (none for one saved before head warm-ups)."""
+    if state.head_warmup_steps is None:
+        state.head_warmup_steps = 0 if planned_steps else head_warmup_steps(
+            cfg.head_warmup_steps, env.distributed, new_heads, state.total_steps)
+    planned_steps = planned_steps or state.total_steps
+    head_warmup = HeadWarmup.of(model, new_heads, state.head_warmup_steps)
+    head_steps = head_warmup.steps  # none where a new head has nothing of its own to train
     if env.is_main:
-        say_how_it_starts(source, plan.heads, head_steps, total_steps)
-    warmup = _warmup_steps(cfg, max(0, planned_steps - head_steps))
-    schedule = Schedule(cfg.schedule, total_steps, warmup, cfg.lr_floor, held_steps=head_steps,
-                        held_level=NEW_WEIGHTS_LR / cfg.lr)
-    return schedule, HeadWarmup.of(model, new_heads, head_steps) if head_steps else None
+        say_how_it_starts(source, plan.heads, head_steps, state.total_steps)
+    warmup = min(_warmup_steps(cfg, max(0, planned_steps - head_steps)), state.total_steps)
+    schedule = Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor,
+                        held_steps=head_steps, held_level=NEW_WEIGHTS_LR / cfg.lr)
+    return schedule, head_warmup if head_steps else None
 
 
 def _first_blocks(batches: BlockBatches, count: int) -> list:

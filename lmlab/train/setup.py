@@ -10,7 +10,7 @@ validation) and hands the result to the one loop."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -81,6 +81,8 @@ def resolve(cfg: C, env: distributed.Env, opening: Opening,
     if optimizer == "auto":
         optimizer = trained_optimizer(saved) or auto_optimizer(
             muon_runs_with(cfg.distributed, precision.value), reads_only_bidirectionally)
+    if cfg.lr is None and saved.get("lr") is not None:  # a resume keeps the rate it had
+        cfg = replace(cfg, lr=saved["lr"])
     return cfg.concrete(precision.value, compiled.value, optimizer)
 
 
