@@ -14,9 +14,11 @@ file in f16 (the default) and f32; llama-cpp-python (an optional package that bu
     or the first position where they differ;
   * logits: llama.cpp's for the prompt (`logits_all`) against the run's model in fp32 (its
     weights as trained, not rounded to f16): the largest absolute difference at the first
-    generated step (the prompt's last position) and over every prompt position.
+    generated step (the prompt's last position) and over every prompt position, with
+    llama.cpp's default f16 KV cache; for f32 files also with an f32 one, and for gpt2 against
+    lmlab with its GELU read through f16 as ggml's CPU GELU (an f16 table) reads it.
 
-    python benchmarks/llama_cpp_parity.py            # two tiny runs of 600 steps, then a few minutes
+    python benchmarks/llama_cpp_parity.py   # two tiny runs of 600 steps, then about a minute
 """
 
 from __future__ import annotations
