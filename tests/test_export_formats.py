@@ -121,6 +121,19 @@ def test_gguf_reads_back_in_transformers_with_lmlab_greedy_text(tmp_path, family
     assert float(difference) <= (1e-6 if dtype == "f32" else 1e-2)  # f16: rounded weights
 
 
+def test_gguf_names_the_pre_tokenizer_lmlab_splits_text_with(tmp_path):
+    """llama.cpp splits text before BPE as the file's tokenizer.ggml.pre says: "gpt-2" is the
+    regex of lmlab's ByteLevel pre-tokenizer ("default" splits punctuation and digits off
+    first); benchmarks/llama_cpp_parity.py tokenises prompts in llama.cpp itself."""
+    import gguf
+
+    run = load_run(pretrained_run(tmp_path / "run", "gpt2", "clm"))
+    assert json.loads(run.tokenizer.to_str())["pre_tokenizer"]["use_regex"] is True
+    exported = export_run(run, tmp_path / "tiny.gguf", check=False, format="gguf")
+    field = gguf.GGUFReader(exported.out).get_field("tokenizer.ggml.pre")
+    assert field.contents() == "gpt-2"
+
+
 @pytest.mark.parametrize(("family", "objective", "options", "message"), [
     ("modernbert", "mlm", {"format": "gguf"}, "causal language models"),
     ("modern", "prefix", {"format": "gguf"}, "left to right only"),

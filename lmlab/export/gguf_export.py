@@ -150,7 +150,10 @@ def _add_tokenizer(writer, run: Run) -> None:
              for index in range(len(tokens))]
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    # GPT-2's pre-tokenizer regex, the one lmlab's ByteLevel splits text with; llama.cpp's
+    # "default" splits punctuation and digits off first, so that "1024 (see below)" would
+    # read as other tokens than lmlab reads
+    writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
     writer.add_token_types(kinds)
     writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
