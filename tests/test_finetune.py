@@ -20,18 +20,26 @@ WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fas
 CONTEXT = 48
 
 
+def words_dataset(words: list[str], texts: int, held_out: int, longest: int, vocab_size: int):
+    """Seeded sentences of `words` (5 to `longest` each), tokenised in memory by a WordPiece
+    tokenizer trained on them, its tokenizer.json kept; the last `held_out` validate."""
+    rng = random.Random(0)
+    sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(5, longest))) + "."
+                 for _ in range(texts)]
+    tokenizer = train_tokenizer(sentences, vocab_size=vocab_size, n_sentinels=4,
+                                kind="wordpiece")
+    ids = [e.ids for e in tokenizer.encode_batch(sentences)]
+    dataset = in_memory_dataset(ids[:-held_out], ids[-held_out:], special_tokens_of(tokenizer))
+    dataset.tokenizer_json = tokenizer.to_str()
+    return dataset
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A masked and a causal run, two pre-training steps each: fine-tuning needs only a
     backbone and a tokenizer."""
     root = tmp_path_factory.mktemp("pretrained")
-    rng = random.Random(0)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) + "."
-             for _ in range(1500)]
-    tokenizer = train_tokenizer(texts, vocab_size=300, n_sentinels=4, kind="wordpiece")
-    ids = [e.ids for e in tokenizer.encode_batch(texts)]
-    dataset = in_memory_dataset(ids[:1400], ids[1400:], special_tokens_of(tokenizer))
-    dataset.tokenizer_json = tokenizer.to_str()
+    dataset = words_dataset(WORDS, texts=1500, held_out=100, longest=30, vocab_size=300)
     made = {}
     for objective, model in [("mlm", "bert-tiny"), ("clm", "gpt2-tiny")]:
         config = TrainConfig(objective=objective, model=model, seq_len=CONTEXT,

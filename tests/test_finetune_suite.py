@@ -11,10 +11,9 @@ import torch
 
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
-from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
 from lmlab.finetune.suite import read_suite, suite_configs
 from lmlab.train.pretrain import pretrain
+from tests.test_finetune import words_dataset
 
 WORDS = ["the", "cat", "dog", "sees", "a", "bird", "runs", "home", "Paris", "Anna", "Tom",
          "lives", "in", "good", "bad", "not"]
@@ -25,13 +24,7 @@ FAST = ["--steps", "2", "--batch-size", "16", "--lr", "2e-3", "--max-len", "32"]
 def run(tmp_path_factory):
     """A masked run of two steps: the suite needs only a backbone and a tokenizer."""
     root = tmp_path_factory.mktemp("pretrained")
-    rng = random.Random(0)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 20))) + "."
-             for _ in range(600)]
-    tokenizer = train_tokenizer(texts, vocab_size=200, n_sentinels=4, kind="wordpiece")
-    ids = [e.ids for e in tokenizer.encode_batch(texts)]
-    dataset = in_memory_dataset(ids[:550], ids[550:], special_tokens_of(tokenizer))
-    dataset.tokenizer_json = tokenizer.to_str()
+    dataset = words_dataset(WORDS, texts=600, held_out=50, longest=20, vocab_size=200)
     config = TrainConfig(objective="mlm", model="bert-tiny", seq_len=32, out=str(root / "mlm"),
                          batch_size=8, steps=2, eval_every=2)
     return str(pretrain(config, dataset))
