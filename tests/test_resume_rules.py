@@ -7,6 +7,8 @@ so, and a finished run says it is finished without training."""
 import json
 
 import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
 
 from lmlab.cli import main
 from lmlab.config import ModelConfig
@@ -129,14 +131,19 @@ def test_a_refused_budget_leaves_config_json_as_it_was(tmp_path, dataset):
 
 
 def test_a_run_continues_only_with_the_tokenizer_it_was_trained_with(tmp_path):
-    config = RunConfig(ModelConfig(vocab_size=8), {"objective": "clm", "steps": 4})
+    def words(*vocabulary: str) -> str:
+        return Tokenizer(WordLevel({w: i for i, w in enumerate(vocabulary)}, "a")).to_str()
+
+    config = RunConfig(ModelConfig(vocab_size=2), {"objective": "clm", "steps": 4})
     out = tmp_path / "run"
     prepare_run_dir(open_run_dir(out, config.train, False, False, ()), config,
-                    tokenizer_json='{"model": "one"}')
+                    tokenizer_json=words("a", "b"))
     with pytest.raises(RunDirError, match="was trained with another tokenizer"):
         prepare_run_dir(open_run_dir(out, config.train, True, False, ()), config,
-                        tokenizer_json='{"model": "another of the same size"}')
-    assert (tmp_path / "run" / "tokenizer.json").read_text() == '{"model": "one"}'
+                        tokenizer_json=words("a", "c"))  # of the same size
+    with pytest.raises(RunDirError, match="another tokenizer \\(vocab_size 2 → 3;"):
+        open_run_dir(out, config.train, True, False, (), tokenizer_json=words("a", "b", "c"))
+    assert (tmp_path / "run" / "tokenizer.json").read_text() == words("a", "b")
 
 
 def test_a_run_saved_before_the_embedding_rate_resumes_at_the_rate_it_had(tmp_path, dataset):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from tokenizers import Tokenizer
+
 from lmlab.atomic import make_directory
 from lmlab.runs.checkpoints import (
     FINISHED,
@@ -62,9 +64,10 @@ class Opening:
 
 
 def open_run_dir(out: Path, asked: dict, resume: bool, overwrite: bool,
-                 budgets: tuple[str, ...]) -> Opening:
+                 budgets: tuple[str, ...], tokenizer_json: str | None = None) -> Opening:
     """How `out` opens for a command asking for the settings `asked` (its config's fields, as
-    given) with --resume or --overwrite; `budgets` are the fields a resume may lengthen.
+    given) with --resume or --overwrite; `budgets` are the fields a resume may lengthen;
+    `tokenizer_json`, the tokenizer of the data it would train on, if it brings one.
     Reads only; a refusal is a RunDirError."""
     if out.exists() and not out.is_dir():
         raise RunDirError(f"{out} exists and is not a directory")
@@ -83,6 +86,7 @@ def open_run_dir(out: Path, asked: dict, resume: bool, overwrite: bool,
                           "--overwrite to replace it (or choose another --out)")
     saved = read_saved(out)
     _check_same_run(out, saved.train, asked)
+    _check_same_tokenizer(out, saved, tokenizer_json)  # finished or not: no two-step refusal
     checkpoints = list_checkpoints(out / CHECKPOINTS)
     newest = checkpoints[-1] if checkpoints else None
     if _finished(saved, newest, asked, budgets):
@@ -137,7 +141,7 @@ def prepare_run_dir(opening: Opening, config: RunConfig,
         shutil.rmtree(out)
     if opening.saved is not None:
         _check_same_model(out, opening.saved.model.to_dict(), config.model.to_dict())
-        _check_same_tokenizer(out, opening.saved.tokenizer_sha256, tokenizer_json)
+        _check_same_tokenizer(out, opening.saved, tokenizer_json)
     made = not out.exists()
     make_directory(out)
     try:
@@ -153,15 +157,21 @@ def prepare_run_dir(opening: Opening, config: RunConfig,
     remove_unfinished(out / CHECKPOINTS)  # a killed or failed save's, before a full disk refills
 
 
-def _check_same_tokenizer(out: Path, recorded: str | None, tokenizer_json: str | None) -> None:
+def _check_same_tokenizer(out: Path, saved: RunConfig, tokenizer_json: str | None) -> None:
     """A run continues with the tokenizer it was trained with: another one, even of the same
     size, would change what every token id means."""
+    recorded = saved.tokenizer_sha256
     if not (recorded and tokenizer_json):
         return
-    if hashlib.sha256(tokenizer_json.encode()).hexdigest() != recorded:
-        raise RunDirError(f"{out} was trained with another tokenizer (its SHA-256 differs from "
-                          "the one recorded in config.json); continue it on the dataset it was "
-                          "trained on, or choose another --out")
+    if hashlib.sha256(tokenizer_json.encode()).hexdigest() == recorded:
+        return
+    size = Tokenizer.from_str(tokenizer_json).get_vocab_size()
+    sizes = (f"vocab_size {saved.model.vocab_size} → {size}; " if size != saved.model.vocab_size
+             else "")
+    raise RunDirError(f"{out} was trained with another tokenizer ({sizes}its SHA-256 differs "
+                      "from the one recorded in config.json): the dataset was prepared with "
+                      "another tokenizer; continue the run on the dataset it was trained on, "
+                      "or choose another --out")
 
 
 def _check_same_model(out: Path, saved: dict, wanted: dict) -> None:

@@ -89,7 +89,8 @@ def pretrain_with_settings(config: Path | None, fields: dict) -> Path:
 def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     """Pre-train as `cfg` says on `dataset`; returns the run directory."""
     env, out = begin(cfg.seed), Path(cfg.out or f"runs/{cfg.objective.replace(':', '-')}")
-    opening = open_run(cfg, env, out)
+    # With --init the tokenizer is the source's, checked against the data once it is read.
+    opening = open_run(cfg, env, out, tokenizer_json=None if cfg.init else dataset.tokenizer_json)
     if opening.kind == "finished":
         return out
     source, special = _init_source(cfg, dataset)

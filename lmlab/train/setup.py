@@ -46,12 +46,13 @@ def begin(seed: int) -> distributed.Env:
 
 
 def open_run(cfg: LoopConfig, env: distributed.Env, out: Path,
-             budgets: tuple[str, ...] = BUDGETS) -> Opening:
+             budgets: tuple[str, ...] = BUDGETS, tokenizer_json: str | None = None) -> Opening:
     """How the run directory `out` opens for `cfg` (lmlab/runs/opening.py), decided on rank 0
     for every rank before anything is planned or written; a finished run is said so, and its
-    setup then trains nothing. `budgets` are the fields a resume may lengthen."""
+    setup then trains nothing. `budgets` are the fields a resume may lengthen; `tokenizer_json`
+    the tokenizer of the data the command would train on, if it brings one."""
     opening = distributed.from_rank_0(
-        open_run_dir(out, cfg.to_dict(), cfg.resume, cfg.overwrite, budgets)
+        open_run_dir(out, cfg.to_dict(), cfg.resume, cfg.overwrite, budgets, tokenizer_json)
         if env.is_main else None, env)
     if opening.kind == "finished" and env.is_main:
         print(opening.finished_line(budgets))
