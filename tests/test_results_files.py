@@ -1,12 +1,15 @@
 """The committed benchmark results name the machine they were measured on (its CPU) and none of
 its folders: no absolute path, home directory or drive letter in any text file under
-benchmarks/results/. And the writer the benchmarks share (benchmarks/record.py) rewrites every
-kind of path it meets so that the check holds."""
+benchmarks/results/. Each JSON file says what made it: the command line, the commit, the time
+(`made_by`; for a file older than that record, the same recorded afterwards from the history)
+and the machine. And the writer the benchmarks share (benchmarks/record.py) writes all of that,
+rewriting every kind of path it meets so that the check holds."""
 
 import importlib.util
 import json
 import re
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -83,6 +86,64 @@ def test_a_json_results_file_names_its_cpu(path):
     for machine in found:
         assert isinstance(machine, dict) and isinstance(machine.get("cpu"), str)
         assert machine["cpu"].strip()
+
+
+def provenance_gaps(results: dict) -> list[str]:
+    """What a results file lacks of its provenance: `made_by` with the command (null only where
+    the block says it was recorded afterwards, from the history), the commit and the time it
+    was made, and a `machine` block."""
+    gaps = []
+    made_by = results.get("made_by")
+    if not isinstance(made_by, dict):
+        gaps.append("made_by")
+    else:
+        command = made_by.get("command")
+        afterwards = made_by.get("recorded_afterwards")
+        if not (isinstance(command, str) and command.strip()):
+            if not (command is None and "command" in made_by
+                    and isinstance(afterwards, str) and afterwards.strip()):
+                gaps.append("made_by.command")
+        commit = made_by.get("commit")
+        if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
+            gaps.append("made_by.commit")
+        try:
+            datetime.fromisoformat(made_by.get("made_at"))
+        except (TypeError, ValueError):
+            gaps.append("made_by.made_at")
+    if not isinstance(results.get("machine"), dict):
+        gaps.append("machine")
+    return gaps
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.rglob("*.json")),
+                         ids=lambda p: str(p.relative_to(RESULTS)))
+def test_a_json_results_file_says_what_made_it(path):
+    """The command line, the commit, when and on what machine: every results file."""
+    assert provenance_gaps(json.loads(path.read_text())) == []
+
+
+def test_the_provenance_check_fails_a_file_without_it(tmp_path):
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"rows": [{"ratio": 1.2}]}))
+    assert provenance_gaps(json.loads(bare.read_text())) == ["made_by", "machine"]
+    made_by = {"command": None, "commit": "0" * 40, "made_at": "2026-11-23T00:36:08+00:00"}
+    # a null command only beside a note that it was recorded afterwards
+    assert provenance_gaps({"made_by": made_by, "machine": {"cpu": "x"}}) == ["made_by.command"]
+    noted = {**made_by, "recorded_afterwards": "from git history"}
+    assert provenance_gaps({"made_by": noted, "machine": {"cpu": "x"}}) == []
+    assert provenance_gaps({"made_by": {**noted, "commit": "HEAD", "made_at": "yesterday"},
+                            "machine": {"cpu": "x"}}) == ["made_by.commit", "made_by.made_at"]
+
+
+def test_the_benchmarks_writer_records_what_made_a_file(tmp_path):
+    out = tmp_path / "x.json"
+    load_record().write_results(out, {"machine": {"cpu": "x"}, "rows": []})
+    written = json.loads(out.read_text())
+    # outside a git checkout (an unpacked release) there is no commit to name
+    has_git = (ROOT / ".git").exists()
+    assert [gap for gap in provenance_gaps(written)
+            if has_git or gap != "made_by.commit"] == []
+    assert written["made_by"]["command"].startswith("python ")
 
 
 def load_record():
