@@ -21,7 +21,9 @@ never imports `infer/`; `data/` never imports `objectives/`; `infer/` and `eval/
 each other; `finetune/` never imports `infer/`; `model/` imports only `config/` and
 `kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`,
 `harness/`) never reach `train/` or a task's trainer, except the modules of `compare/` that run its
-sub-runs. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
+sub-runs; `tasks/` (the task vocabulary) imports only `config/`, `data/` and the objectives'
+traits, and `export/` never imports `finetune/`. No module is over 350 lines, no function
+over 50 (tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\.\.)\.(\s|$)")

@@ -15,8 +15,20 @@ NEVER = [
     ("lmlab.infer", "lmlab.eval"),
     ("lmlab.eval", "lmlab.infer"),
     ("lmlab.finetune", "lmlab.infer"),  # both read text through runs/
+    ("lmlab.export", "lmlab.finetune"),  # the task vocabulary it needs is tasks/
 ]
 MODEL_MAY_IMPORT = ("lmlab.model", "lmlab.config", "lmlab.kernels")
+# tasks/ is below its users (finetune, distill, export, serve, compare) and below runs/, whose
+# reading frames rows with it: it reads only the bottom of the graph.
+TASKS_MAY_IMPORT = ("lmlab.tasks", "lmlab.config", "lmlab.data", "lmlab.objectives.traits")
+# The modules of finetune/ a consumer may import besides tasks/, as DESIGN places them there:
+# serve/ answers with finetune's predict; compare/ names its probes as finetune's suite names
+# tasks and fits their bag-of-words floors (its training drivers fine-tune, and may import
+# any). export/ imports none (NEVER).
+FINETUNE_FOR_CONSUMERS = {
+    "lmlab.serve": {"lmlab.finetune.predict"},
+    "lmlab.compare": {"lmlab.finetune.named_task", "lmlab.finetune.bow_baseline"},
+}
 CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare",
              "lmlab.harness")
 # training, and a task's trainer: what reading a run must never load
@@ -67,6 +79,23 @@ def test_the_model_imports_only_config_and_kernels():
     outside = sorted((module, other) for module, others in imports().items()
                      if within(module, "lmlab.model") for other in others
                      if not any(within(other, allowed) for allowed in MODEL_MAY_IMPORT))
+    assert outside == []
+
+
+def test_tasks_import_nothing_above_them():
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, "lmlab.tasks") for other in others
+                     if not any(within(other, allowed) for allowed in TASKS_MAY_IMPORT))
+    assert outside == []
+
+
+@pytest.mark.parametrize("consumer", sorted(FINETUNE_FOR_CONSUMERS))
+def test_consumers_import_finetune_only_as_design_says(consumer):
+    allowed = FINETUNE_FOR_CONSUMERS[consumer]
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, consumer) and module not in TRAINING_DRIVERS
+                     for other in others
+                     if within(other, "lmlab.finetune") and other not in allowed)
     assert outside == []
 
 

@@ -15,7 +15,7 @@ from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
 from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "init", "seq_len", "batch_size", "precision")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from lmlab.compare.measures import probe_measure
 from lmlab.finetune.named_task import NamedTask
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 
 @dataclass

@@ -9,7 +9,7 @@ counts give; pre-training has not yet paid for itself there. `lmlab finetune --b
 keeps it beside the model's scores in results.json, and `lmlab compare` beside every
 classification probe's.
 
-It applies to the tasks whose traits say so (lmlab.finetune.traits: rows of a table, each
+It applies to the tasks whose traits say so (lmlab.tasks.traits: rows of a table, each
 with one label); answer spans, tags and numbers have no such floor. scikit-learn is imported
 only when a floor is fitted.
 """
@@ -26,7 +26,7 @@ from lmlab.finetune.sequence_tasks import LabelPrediction
 from lmlab.finetune.splits import Splits, read_splits
 
 if TYPE_CHECKING:
-    from lmlab.finetune.readers import TextExample
+    from lmlab.tasks.readers import TextExample
 
 NAME = "bag-of-words"
 EXTRA = "baselines"  # the lmlab extra that installs scikit-learn

@@ -13,7 +13,7 @@ from typing import Literal
 from lmlab.config.budget import Budget
 from lmlab.config.fields import documented
 from lmlab.config.training import LoopConfig
-from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
+from lmlab.tasks.traits import TASKS, check_floor_applies, task_help
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml")
 SYNTAX = "NAME=TASK:TRAIN:VALIDATION[:TEST] or NAME=CONFIG.yaml"

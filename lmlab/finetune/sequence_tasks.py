@@ -17,18 +17,18 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.finetune.base import Row, Task, pooling_weights
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.metrics import (
+from lmlab.model.selectors import Pooling
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
+from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder
+from lmlab.tasks.metrics import (
     classification_metrics,
     confusion_matrix,
     pearson_items,
     regression_metrics,
 )
-from lmlab.finetune.readers import TextExample
-from lmlab.model.selectors import Pooling
-from lmlab.objectives.batch import Batch
-from lmlab.objectives.losses import LossSum
-from lmlab.runs.schema import Reading
+from lmlab.tasks.readers import TextExample
 
 
 @dataclass(frozen=True)

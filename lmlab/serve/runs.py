@@ -8,11 +8,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from lmlab.compare.layout import DESIGN, REPORT
-from lmlab.finetune.formats import TEXT_SEPARATOR
-from lmlab.finetune.traits import TASKS
 from lmlab.runs import Run
 from lmlab.runs.layout import METRICS
 from lmlab.serve.errors import ApiError
+from lmlab.tasks.formats import TEXT_SEPARATOR
+from lmlab.tasks.traits import TASKS
 
 
 @dataclass
