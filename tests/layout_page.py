@@ -22,7 +22,8 @@ each other; `finetune/` never imports `infer/`; `model/` imports only `config/` 
 `kernels/`; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`,
 `harness/`) never reach `train/` or a task's trainer, except the modules of `compare/` that run its
 sub-runs; `tasks/` (the task vocabulary) imports only `config/`, `data/` and the objectives'
-traits, and `export/` never imports `finetune/`. No module is over 350 lines, no function
+traits, and `export/` never imports `finetune/`; only the entry points import `planning/`,
+which imports nothing of `compare/`. No module is over 350 lines, no function
 over 50 (tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."

@@ -33,12 +33,11 @@ CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.
              "lmlab.harness")
 # training, and a task's trainer: what reading a run must never load
 TRAINERS = ("lmlab.train", "lmlab.finetune.setup")
-# The objective lab trains its sub-runs and times candidate steps: these modules of compare/
-# drive training by design, and are the only consumers' modules that may reach it.
+# The objective lab trains its sub-runs: these modules of compare/ drive training by design,
+# and are the only consumers' modules that may reach it.
 TRAINING_DRIVERS = {
     "lmlab.compare.subrun",  # pre-trains and fine-tunes one sub-run
     "lmlab.compare.cluster",  # runs sub-runs on Ray
-    "lmlab.compare.plan_timing",  # times a few real steps of each candidate size
 }
 # Consumers' modules that still reach training through a module they import, each named so
 # the list can only shrink.
@@ -80,6 +79,27 @@ def test_the_model_imports_only_config_and_kernels():
                      if within(module, "lmlab.model") for other in others
                      if not any(within(other, allowed) for allowed in MODEL_MAY_IMPORT))
     assert outside == []
+
+
+def test_only_the_entry_points_import_the_plan():
+    """planning/ sizes a run for a budget (timing a few real steps of each candidate): only the
+    entry points (the command line, lmlab.plan(...)) ask it, and it asks nothing of the
+    objective lab."""
+    users = sorted(module for module, others in imports().items()
+                   if any(within(other, "lmlab.planning") for other in others)
+                   and not within(module, "lmlab.planning")
+                   and not (within(module, "lmlab.commands") or module == "lmlab"))
+    assert users == []
+    assert not any(within(other, "lmlab.compare") for module, others in imports().items()
+                   if within(module, "lmlab.planning") for other in others)
+
+
+def test_the_planning_package_leaves_lmlab_plan_the_function():
+    """A package named `plan` would replace `lmlab.plan(...)` once imported."""
+    import lmlab
+    import lmlab.planning.sizing  # noqa: F401
+
+    assert callable(lmlab.plan)
 
 
 def test_tasks_import_nothing_above_them():
