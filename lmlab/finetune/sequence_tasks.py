@@ -95,7 +95,7 @@ class ClassifyTask(Task):
                 for example, prediction in zip(examples, predictions, strict=True)]
 
     def report(self, out: Path, split: str, examples, predictions) -> None:
-        from lmlab.report.plots import plot_confusion_matrix
+        from lmlab.runs.plots import plot_confusion_matrix
 
         gold = [self.labels.index(example.label) for example in examples]
         matrix = confusion_matrix(gold, [p.label for p in predictions], len(self.labels))

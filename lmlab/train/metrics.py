@@ -55,7 +55,7 @@ class MetricsLog:
             tracker.log(record, step)
 
     def plot(self, out_path: Path, scores: tuple[str, ...] = (), title: str = "") -> None:
-        from lmlab.report.plots import plot_training_curves
+        from lmlab.runs.plots import plot_training_curves
 
         plot_training_curves(read_metrics(self.run_dir), out_path, scores, title)
         self.curves = out_path
