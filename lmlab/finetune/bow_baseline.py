@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lmlab.extras import require_extra
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
@@ -41,8 +42,6 @@ MAX_ITERATIONS = 1000  # lbfgs's default 100 stops short on large vocabularies
 def require_scikit_learn(needed_by: str = "--baseline bow") -> None:
     """Refuse in one line, naming `pip install 'lmlab[baselines]'`, when scikit-learn is
     missing."""
-    from lmlab.extras import require_extra
-
     require_extra("sklearn", EXTRA, needed_by, package="scikit-learn")
 
 
