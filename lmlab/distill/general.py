@@ -25,7 +25,6 @@ from lmlab.objectives.mlm import MaskedLM
 from lmlab.runs import Run
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.schema import RunConfig
-from lmlab.train.evaluate import EVAL_SEED, headline_loss
 from lmlab.train.loop import run_training
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
@@ -38,6 +37,7 @@ from lmlab.train.setup import (
     training,
 )
 from lmlab.train.step import one_step_seconds
+from lmlab.train.validation import EVAL_SEED, headline_loss
 from lmlab.train.warm_start import canonical_tokenizer
 
 EVAL_BLOCKS = 8

@@ -17,7 +17,7 @@ from lmlab.extras import require_trackers
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.evaluate import evaluate_task, row_outputs
+from lmlab.finetune.outputs import evaluate_task, row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.setup import FinetuneError, _run_config, read_splits

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.evaluate import row_outputs
+from lmlab.finetune.outputs import row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.runs import Run
 from lmlab.runs.run import RunLoadError, load_run

@@ -20,7 +20,7 @@ from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.outputs import evaluate_task
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
