@@ -115,7 +115,7 @@ def prepare(work: Path, data: Path, rows: int, predict_texts: int, threads: int)
     from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
     from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-    from lmlab.finetune.encoding import Encoder
+    from lmlab.tasks.framing import Encoder
     from lmlab.train.pretrain import pretrain
 
     torch.set_num_threads(threads)

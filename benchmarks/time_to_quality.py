@@ -139,7 +139,7 @@ def bits_per_byte(model, objective_name: str, special, blocks, bytes_per_token) 
 
     from lmlab.objectives.registry import build_objective
     from lmlab.train.distributed import Env
-    from lmlab.train.evaluate import validate
+    from lmlab.train.validation import validate
 
     objectives = build_objective(objective_name, special).evaluated_leaves()
     metrics = validate(model, objectives, blocks, bytes_per_token,

@@ -54,7 +54,7 @@ def plan(objective: str = "mlm", **options):
     """The sizing table `lmlab plan` prints: for each candidate size, measured throughput,
     FLOPs per token, tokens reachable in the budget (`minutes=`, `flops=` or `tokens=`), the
     loss a Chinchilla-style fit predicts, and a recommended `lmlab pretrain` command."""
-    from lmlab.compare.plan import plan as plan_sizes  # times training steps
+    from lmlab.planning.sizing import plan as plan_sizes  # times training steps
 
     return plan_sizes(objective, **options)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
 from lmlab.finetune.base import resolve_reading
-from lmlab.finetune.traits import TASKS
 from lmlab.runs.run import load_run
+from lmlab.tasks.traits import TASKS
 from tests.hf_runs import finetuned_run, pretrained_run
 
 ROOT = Path(__file__).resolve().parents[1]

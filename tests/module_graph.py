@@ -113,3 +113,25 @@ def reachable(module: str) -> set[str]:
 
 def within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
+
+
+def _function_imports(module: str, tree: ast.AST) -> list[tuple[str, int]]:
+    """(lmlab module imported, line) of each import inside a function of `tree`."""
+    found = []
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(function):
+                found += [(other, node.lineno) for other in _imported(module, node)
+                          if other is not None and other != module]
+    return sorted(set(found), key=lambda item: item[1])
+
+
+@cache
+def lazy_imports() -> dict[str, list[tuple[str, int]]]:
+    """Each lmlab module → the lmlab modules it imports inside a function, with the line."""
+    graph = {}
+    for module, path in modules().items():
+        found = _function_imports(module, ast.parse(path.read_text(encoding="utf-8")))
+        if found:
+            graph[module] = found
+    return graph

@@ -22,13 +22,13 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
-from lmlab.finetune.encoding import Encoder, closing_ids, padding_apart
-from lmlab.finetune.formats import example_files
 from lmlab.finetune.predict import fine_tuned_task, predict
-from lmlab.finetune.readers import TextExample
 from lmlab.finetune.setup import warn_if_unexportable
 from lmlab.runs.run import load_run
 from lmlab.runs.schema import Reading
+from lmlab.tasks.formats import example_files
+from lmlab.tasks.framing import Encoder, closing_ids, padding_apart
+from lmlab.tasks.readers import TextExample
 from tests.hf_runs import finetuned_run
 from tests.test_hf_parity import transformers
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from lmlab.cli import main
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.readers import TextExample
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.sequence_tasks import balanced_weights
 from lmlab.objectives.batch import Batch
+from lmlab.tasks.readers import TextExample
 
 
 def test_balanced_weights_by_hand():

@@ -123,7 +123,7 @@ def test_objective_options_shape_every_sub_run_and_its_flops(world, tmp_path, mo
         seen.append(fields)
         raise Stop
 
-    monkeypatch.setattr("lmlab.train.pretrain.pretrain_with_settings", pretrain_with_settings)
+    monkeypatch.setattr("lmlab.compare.subrun.pretrain_with_settings", pretrain_with_settings)
     for sub in sub_runs(cfg, dataset)[::2]:
         with pytest.raises(Stop):
             complete(sub, cfg, world["data"])

@@ -151,8 +151,8 @@ def test_helps_and_hurts_read_against_the_control(tmp_path):
 
 
 def test_a_plan_with_init_times_the_sources_model(world, source):  # noqa: F811
-    from lmlab.compare.plan import plan
-    from lmlab.compare.plan_table import format_plan
+    from lmlab.planning.sizing import plan
+    from lmlab.planning.table import format_plan
 
     planned = plan("mlm", minutes=10, data=world["data"], init=str(source), seq_len=32,
                    batch_size=4, steps_to_time=1)

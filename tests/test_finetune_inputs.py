@@ -7,8 +7,8 @@ import json
 import pytest
 
 from lmlab.data.errors import DataError
-from lmlab.finetune.labels import class_names
-from lmlab.finetune.readers import TextExample, is_conll, is_squad, is_table
+from lmlab.tasks.labels import class_names
+from lmlab.tasks.readers import TextExample, is_conll, is_squad, is_table
 from tests.serve_runs import make_runs
 from tests.test_finetune import one_thread, run_cli  # noqa: F401 (one_thread: autouse)
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lmlab.finetune.metrics import (
+from lmlab.tasks.metrics import (
     classification_metrics,
     confusion_matrix,
     entity_f1_items,

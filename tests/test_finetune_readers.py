@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lmlab.data.errors import DataError
-from lmlab.finetune.labels import check_labels_known, check_tags_known, label_names
-from lmlab.finetune.readers import (
+from lmlab.tasks.labels import check_labels_known, check_tags_known, label_names
+from lmlab.tasks.readers import (
     QAExample,
     TaggedSentence,
     TextExample,

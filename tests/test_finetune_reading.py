@@ -20,7 +20,7 @@ from lmlab.config.presets import preset
 from lmlab.finetune.base import Row, resolve_reading
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.evaluate import row_outputs
+from lmlab.finetune.outputs import row_outputs
 from lmlab.finetune.sequence_tasks import ClassifyTask
 from lmlab.finetune.setup import Splits, resolved
 from lmlab.model.heads import make_head

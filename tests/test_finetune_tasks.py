@@ -1,4 +1,4 @@
-"""The fine-tuning tasks are one registry, lmlab/finetune/traits.py: the command line's --task
+"""The fine-tuning tasks are one registry, lmlab/tasks/traits.py: the command line's --task
 choices, compare's probe tasks, the task classes and the example formats are the same set of
 names, and each task's traits name things that exist (a head, a format, its main metric)."""
 
@@ -9,16 +9,16 @@ import pytest
 
 from lmlab.cli import build_parser
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Words
-from lmlab.finetune.formats import FORMATS, TableFiles, example_files
 from lmlab.finetune.named_task import NamedTask
 from lmlab.finetune.ner_task import Tagged
 from lmlab.finetune.qa_spans import Answer
-from lmlab.finetune.readers import QAExample, TaggedSentence, TextExample
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.sequence_tasks import LabelPrediction
-from lmlab.finetune.traits import TASKS
 from lmlab.model.heads import HEADS
+from lmlab.tasks.formats import FORMATS, TableFiles, example_files
+from lmlab.tasks.framing import Words
+from lmlab.tasks.readers import QAExample, TaggedSentence, TextExample
+from lmlab.tasks.traits import TASKS
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:

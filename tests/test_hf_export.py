@@ -18,11 +18,11 @@ from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.check import lmlab_outputs, sample_inputs
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
-from lmlab.finetune.encoding import Encoder
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
 from lmlab.model import MaskSpec
 from lmlab.runs.run import load_run
+from lmlab.tasks.framing import Encoder
 from tests.hf_runs import finetuned_run, pretrained_run
 from tests.test_hf_parity import transformers
 

@@ -6,7 +6,15 @@ import sys
 
 import pytest
 
-from tests.module_graph import ROOT, circles, imports, package_imports, reachable, within
+from tests.module_graph import (
+    ROOT,
+    circles,
+    imports,
+    lazy_imports,
+    package_imports,
+    reachable,
+    within,
+)
 
 # (importer, imported): no module of the first package imports one of the second
 NEVER = [
@@ -15,18 +23,29 @@ NEVER = [
     ("lmlab.infer", "lmlab.eval"),
     ("lmlab.eval", "lmlab.infer"),
     ("lmlab.finetune", "lmlab.infer"),  # both read text through runs/
+    ("lmlab.export", "lmlab.finetune"),  # the task vocabulary it needs is tasks/
 ]
 MODEL_MAY_IMPORT = ("lmlab.model", "lmlab.config", "lmlab.kernels")
+# tasks/ is below its users (finetune, distill, export, serve, compare) and below runs/, whose
+# reading frames rows with it: it reads only the bottom of the graph.
+TASKS_MAY_IMPORT = ("lmlab.tasks", "lmlab.config", "lmlab.data", "lmlab.objectives.traits")
+# The modules of finetune/ a consumer may import besides tasks/, as DESIGN places them there:
+# serve/ answers with finetune's predict; compare/ names its probes as finetune's suite names
+# tasks and fits their bag-of-words floors (its training drivers fine-tune, and may import
+# any). export/ imports none (NEVER).
+FINETUNE_FOR_CONSUMERS = {
+    "lmlab.serve": {"lmlab.finetune.predict"},
+    "lmlab.compare": {"lmlab.finetune.named_task", "lmlab.finetune.bow_baseline"},
+}
 CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare",
              "lmlab.harness")
 # training, and a task's trainer: what reading a run must never load
 TRAINERS = ("lmlab.train", "lmlab.finetune.setup")
-# The objective lab trains its sub-runs and times candidate steps: these modules of compare/
-# drive training by design, and are the only consumers' modules that may reach it.
+# The objective lab trains its sub-runs: these modules of compare/ drive training by design,
+# and are the only consumers' modules that may reach it.
 TRAINING_DRIVERS = {
     "lmlab.compare.subrun",  # pre-trains and fine-tunes one sub-run
     "lmlab.compare.cluster",  # runs sub-runs on Ray
-    "lmlab.compare.plan_timing",  # times a few real steps of each candidate size
 }
 # Consumers' modules that still reach training through a module they import, each named so
 # the list can only shrink.
@@ -70,6 +89,44 @@ def test_the_model_imports_only_config_and_kernels():
     assert outside == []
 
 
+def test_only_the_entry_points_import_the_plan():
+    """planning/ sizes a run for a budget (timing a few real steps of each candidate): only the
+    entry points (the command line, lmlab.plan(...)) ask it, and it asks nothing of the
+    objective lab."""
+    users = sorted(module for module, others in imports().items()
+                   if any(within(other, "lmlab.planning") for other in others)
+                   and not within(module, "lmlab.planning")
+                   and not (within(module, "lmlab.commands") or module == "lmlab"))
+    assert users == []
+    assert not any(within(other, "lmlab.compare") for module, others in imports().items()
+                   if within(module, "lmlab.planning") for other in others)
+
+
+def test_the_planning_package_leaves_lmlab_plan_the_function():
+    """A package named `plan` would replace `lmlab.plan(...)` once imported."""
+    import lmlab
+    import lmlab.planning.sizing  # noqa: F401
+
+    assert callable(lmlab.plan)
+
+
+def test_tasks_import_nothing_above_them():
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, "lmlab.tasks") for other in others
+                     if not any(within(other, allowed) for allowed in TASKS_MAY_IMPORT))
+    assert outside == []
+
+
+@pytest.mark.parametrize("consumer", sorted(FINETUNE_FOR_CONSUMERS))
+def test_consumers_import_finetune_only_as_design_says(consumer):
+    allowed = FINETUNE_FOR_CONSUMERS[consumer]
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, consumer) and module not in TRAINING_DRIVERS
+                     for other in others
+                     if within(other, "lmlab.finetune") and other not in allowed)
+    assert outside == []
+
+
 @pytest.mark.parametrize("consumer", CONSUMERS)
 def test_consumers_never_reach_training(consumer):
     reaching = sorted(
@@ -109,6 +166,19 @@ def test_serving_loads_no_trainer():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+# Imports of lmlab modules inside functions, counted over lmlab/: DESIGN keeps them for heavy
+# third-party libraries (a module that wraps datatrove, the registry that loads torch while the
+# parser is built) and command handlers. The count may fall, never rise: lower it with each
+# import moved to the top of its module.
+MOST_LAZY_IMPORTS = 66
+
+
+def test_lazy_imports_of_lmlab_do_not_grow():
+    found = {f"{module}:{line} → {other}" for module, others in lazy_imports().items()
+             for other, line in others}
+    assert len(found) <= MOST_LAZY_IMPORTS, "\n".join(sorted(found))
 
 
 def test_the_rules_see_the_whole_package():

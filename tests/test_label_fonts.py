@@ -12,8 +12,8 @@ from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
-from lmlab.report import plots
-from lmlab.report.plots import label_font, plot_confusion_matrix
+from lmlab.runs import plots
+from lmlab.runs.plots import label_font, plot_confusion_matrix
 from lmlab.train.pretrain import pretrain
 
 CHINESE = ["体育", "财经"]

@@ -11,16 +11,16 @@ import torch
 
 import lmlab
 from lmlab.cli import build_parser, main
-from lmlab.compare import plan_timing
-from lmlab.compare.plan import plan
-from lmlab.compare.plan_table import format_plan
-from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.options import config_from_args
 from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import open_dataset
 from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.objectives.registry import build_objective
+from lmlab.planning import timing as plan_timing
+from lmlab.planning.scaling import CHINCHILLA
+from lmlab.planning.sizing import plan
+from lmlab.planning.table import format_plan
 
 FAST = dict(seq_len=32, batch_size=4, steps_to_time=1)
 WORDS = "the a quick slow brown fox dog cat jumps runs over under lazy old river bank".split()

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from lmlab.report.plots import legend, plot_training_curves, pyplot
+from lmlab.runs.plots import legend, plot_training_curves, pyplot
 
 ONE_STEP = [{"kind": "train", "step": 1, "loss": 2.5, "lr": 1e-4, "seconds": 0.4}]
 ONE_VALIDATION = [{"kind": "eval", "step": 1, "mlm/mlm_loss": 2.4, "accuracy": 0.5}]

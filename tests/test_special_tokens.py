@@ -13,7 +13,6 @@ from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.errors import DataError
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, SPECIAL_TOKENS, special_tokens_of
 from lmlab.eval.rules import MaskedScoring, NextTokenScoring
-from lmlab.finetune.encoding import Encoder, Words
 from lmlab.finetune.qa_spans import make_windows
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
@@ -23,6 +22,7 @@ from lmlab.objectives.documents import block_pad_id, blocks_pad_with
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.reading import reading_document
 from lmlab.runs.run import Run
+from lmlab.tasks.framing import Encoder, Words
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
 BERT_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -9,7 +9,7 @@ from lmlab.config import ModelConfig
 from lmlab.model.flops import flops_per_token
 from lmlab.runs.metrics import read_metrics
 from lmlab.train import flops
-from lmlab.train.metrics import MetricsLog
+from lmlab.train.reporting import MetricsLog
 
 
 def test_flops_per_token_by_hand():

@@ -20,9 +20,8 @@ from lmlab.data.preparation import prepare
 from lmlab.eval.texts import file_text
 from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens
-from lmlab.report.plots import loss_name
 from lmlab.runs import load_run
-from lmlab.runs.metrics import read_metrics
+from lmlab.runs.metrics import loss_name, read_metrics
 from lmlab.train.pretrain import pretrain
 from tests.hf_runs import pretrained_run
 

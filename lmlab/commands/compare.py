@@ -9,13 +9,13 @@ from pathlib import Path
 
 from lmlab.commands.parsing import add_command
 from lmlab.compare.design import CLUSTERS, MATCHES
-from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
 from lmlab.config.presets import FAMILIES, SIZES
 from lmlab.config.training import TrainConfig
-from lmlab.finetune.traits import TASKS
+from lmlab.planning.scaling import CHINCHILLA
+from lmlab.tasks.traits import TASKS
 
 # The pretrain options a plan shares, with their help and defaults.
 TRAINING_OPTIONS = ("objective", "data", "init", "seq_len", "batch_size", "precision")
@@ -174,10 +174,10 @@ def compare_command(args: argparse.Namespace) -> int:
 def plan_command(args: argparse.Namespace) -> int:
     import torch
 
-    from lmlab.compare.plan import plan
-    from lmlab.compare.plan_table import format_plan
     from lmlab.eval.report import write_json
     from lmlab.kernels.machine import keep_freed_memory
+    from lmlab.planning.sizing import plan
+    from lmlab.planning.table import format_plan
 
     if not torch.cuda.is_available():
         keep_freed_memory()  # as pretrain does, so that steps are timed as it will run them

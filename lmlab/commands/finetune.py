@@ -10,7 +10,7 @@ from lmlab.commands.parsing import add_command, add_run_arguments, check_input_f
 from lmlab.config.options import add_config_options, config_from_args, options_given
 from lmlab.config.parsing import field_specs
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 
 def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
@@ -77,9 +77,9 @@ def suite_command(args: argparse.Namespace) -> int:
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    from lmlab.finetune.formats import example_files
     from lmlab.finetune.predict import fine_tuned_task, predict
     from lmlab.runs.run import load_run
+    from lmlab.tasks.formats import example_files
 
     if args.file is not None:
         check_input_file(args.file)

@@ -19,10 +19,9 @@ from lmlab.data.dataset import Dataset
 from lmlab.infer.fill_mask import fill_mask
 from lmlab.infer.generate import generate
 from lmlab.kernels.machine import threads_for
-from lmlab.report.plots import loss_name
 from lmlab.runs import Run, load_run
 from lmlab.runs.layout import CONFIG
-from lmlab.runs.metrics import GENERAL_TEXT, read_metrics
+from lmlab.runs.metrics import GENERAL_TEXT, loss_name, read_metrics
 from lmlab.runs.reading import MASK_TEXT
 from lmlab.runs.schema import read_run_config
 

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lmlab.compare.design import CONTROL, CompareConfig, label
+from lmlab.compare.measures import check_held_out
+from lmlab.config.presets import preset
+from lmlab.model.flops import objective_flops_per_token
+from lmlab.objectives.registry import build_objective
 
 if TYPE_CHECKING:
     from lmlab.config import ModelConfig
@@ -51,11 +55,6 @@ def sub_runs(cfg: CompareConfig, dataset: Dataset, start: Start | None = None) -
     """Every (objective, budget fraction, seed), with its steps under the matched budget, each
     from `start` (None: --model's random weights); the held-out text is checked here too, so
     that no design fails after training."""
-    from lmlab.compare.measures import check_held_out
-    from lmlab.config.presets import preset
-    from lmlab.model.flops import objective_flops_per_token
-    from lmlab.objectives.registry import build_objective
-
     check_held_out(dataset, cfg.eval_tokens)
     start = start or Start(preset(cfg.model, dataset.special.vocab_size, cfg.seq_len))
     model = start.model

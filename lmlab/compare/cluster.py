@@ -22,6 +22,7 @@ from lmlab.compare.arms import SubRun
 from lmlab.compare.design import CompareConfig
 from lmlab.compare.subrun import complete
 from lmlab.ray_cluster import connect
+from lmlab.train.loop import TrainingError
 
 
 @contextmanager
@@ -116,9 +117,6 @@ def _raise(sub: SubRun, error: Exception) -> None:
     worker or node died after Ray's retries, or its error could not be sent back) is a run that
     cannot go on."""
     from ray.exceptions import RayTaskError
-
-    from lmlab.train.loop import TrainingError
-
     if isinstance(error, RayTaskError):
         raise error.cause from error
     raise TrainingError(f"{_name(sub)} failed on the cluster: "

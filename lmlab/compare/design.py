@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from lmlab.config.budget import parse_count
+from lmlab.config.objective_options import ObjectiveOptions
+from lmlab.config.parsing import check_field
+from lmlab.config.training import muon_runs_with
+from lmlab.extras import require_extra, require_trackers
 from lmlab.finetune.named_task import NamedTask
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
@@ -72,9 +77,6 @@ class CompareConfig:
     gpus_per_run: int = 0
 
     def __post_init__(self) -> None:
-        from lmlab.config.training import muon_runs_with
-        from lmlab.extras import require_trackers
-
         if self.match not in MATCHES:
             raise ValueError(f"--match must be one of {', '.join(MATCHES)}; got {self.match!r}")
         if len(set(self.objectives)) != len(self.objectives) or len(self.objectives) < 2:
@@ -115,8 +117,6 @@ class CompareConfig:
         self._check_cluster()
 
     def _check_cluster(self) -> None:
-        from lmlab.extras import require_extra
-
         if self.cluster not in CLUSTERS:
             raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}; got "
                              f"{self.cluster!r}")
@@ -140,9 +140,6 @@ class CompareConfig:
     @property
     def objective_settings(self) -> ObjectiveOptions:
         """The objective options every sub-run pre-trains with."""
-        from lmlab.config.objective_options import ObjectiveOptions
-        from lmlab.config.parsing import check_field
-
         given = dict(self.objective_options or {})
         for name in given:
             check_field(name, ObjectiveOptions)
@@ -151,8 +148,6 @@ class CompareConfig:
     @property
     def amount(self) -> float:
         """The budget as a number in the unit of `match`."""
-        from lmlab.config.budget import parse_count
-
         text = str(self.budget).strip()
         try:
             amount = float(parse_count(text)) if self.match == "tokens" else float(text)
@@ -167,6 +162,7 @@ class CompareConfig:
     def of(cls, objectives: str | list[str], **fields) -> CompareConfig:
         """From Python or the command line: objectives as one comma list or a list of specs;
         probes as NAME=TASK:... strings or NamedTask records."""
+        # the registry loads torch, and the command line builds its parser from this module
         from lmlab.objectives.registry import split_specs
 
         specs = split_specs(objectives) if isinstance(objectives, str) else list(objectives)
@@ -186,8 +182,6 @@ class CompareConfig:
 def _changed_options(given: Mapping[str, Any] | ObjectiveOptions | None) -> dict | None:
     """Only the options that differ from their defaults (None if none do): a design given
     them spelled out is the same design, and continues a comparison begun without them."""
-    from lmlab.config.objective_options import ObjectiveOptions
-
     defaults = vars(ObjectiveOptions())
     if isinstance(given, ObjectiveOptions):
         given = vars(given)

@@ -13,7 +13,7 @@ import numpy as np
 from lmlab.compare.analysis import Analysis, Row
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.measures import measure_of
-from lmlab.report.plots import legend, pyplot, save_png
+from lmlab.runs.plots import legend, pyplot, save_png
 
 
 def colours(cfg: CompareConfig) -> dict[str, str]:

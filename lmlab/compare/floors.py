@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lmlab.compare.measures import probe_measure
+from lmlab.finetune.bow_baseline import NAME, floor_of_config, require_scikit_learn
 from lmlab.finetune.named_task import NamedTask
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 
 @dataclass
@@ -48,8 +49,6 @@ class Floors:
 
 def probe_floors(probes: Sequence[NamedTask]) -> Floors:
     """The bag-of-words floor of every probe whose task has one."""
-    from lmlab.finetune.bow_baseline import NAME, floor_of_config, require_scikit_learn
-
     wanted = [probe for probe in probes if TASKS[probe.task].bag_of_words_floor]
     if not wanted:
         return Floors()

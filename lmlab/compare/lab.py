@@ -22,12 +22,14 @@ from tqdm import tqdm
 from lmlab.atomic import make_directory, write_text_atomic
 from lmlab.compare.analysis import Analysis, analyse
 from lmlab.compare.arms import SubRun, sub_runs
+from lmlab.compare.cluster import joined_cluster, run_on_ray
 from lmlab.compare.design import CONTROL, CompareConfig
 from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
 from lmlab.compare.subrun import complete, finished, read_warnings, starting_point
 from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.objectives.registry import build_objective
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.
 FREE_FIELDS = ("workers", "out", "report_to", "cluster", "cpus_per_run", "gpus_per_run")
@@ -81,8 +83,6 @@ def compare(cfg: CompareConfig, progress: bool = True) -> Comparison:
 def run_warnings(cfg: CompareConfig, subs: list[SubRun], dataset: Dataset) -> list[str]:
     """Each sub-run's warnings from its last validation, named by run: a seed that failed
     (an RTD discriminator that learned nothing) pulls its objective's mean down with it."""
-    from lmlab.objectives.registry import build_objective
-
     found = []
     for sub in runs_of(subs):
         objectives = build_objective(sub.pretrains_with, dataset.special,
@@ -140,8 +140,6 @@ def _cluster(cfg: CompareConfig, left: list[SubRun]) -> AbstractContextManager:
     """The Ray cluster joined for the sub-runs `left`, or nothing to join."""
     if cfg.cluster != "ray" or not left:
         return nullcontext()
-    from lmlab.compare.cluster import joined_cluster
-
     return joined_cluster(cfg)
 
 
@@ -149,8 +147,6 @@ def _run_all(left: list[SubRun], cfg: CompareConfig, data: str, progress: bool) 
     # closed however it ends, so that an error starts a line of its own
     with tqdm(total=len(left), desc="comparison", unit="run", disable=not progress) as bar:
         if cfg.cluster == "ray" and left:
-            from lmlab.compare.cluster import run_on_ray
-
             run_on_ray(left, cfg, data, bar)
         elif cfg.workers == 1 or len(left) <= 1:
             for sub in left:

@@ -13,7 +13,7 @@ way its objective allows.
 - **probe NAME**: a fine-tuning task's main metric, per test example.
 
 Item values average to the measure (bits per byte is linearised per document, as
-lmlab.finetune.metrics linearises ratios), so paired comparisons can resample items.
+lmlab.tasks.metrics linearises ratios), so paired comparisons can resample items.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from lmlab.eval.minimal_pairs import read_minimal_pairs
 from lmlab.eval.rules import rules_for
 from lmlab.eval.scoring import score_documents
 from lmlab.eval.texts import EvalText, dataset_text
-from lmlab.finetune.metrics import linearized_ratio
 from lmlab.runs import Run
+from lmlab.tasks.metrics import linearized_ratio
 
 BITS_PER_BYTE = "bits per byte"
 NEXT_TOKEN = "next-token accuracy"

@@ -22,6 +22,8 @@ from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena,
 from lmlab.compare.floors import Floors
 from lmlab.compare.layout import RECORD, REPORT
 from lmlab.compare.measures import MINIMAL_PAIRS, minimal_pair_groups
+from lmlab.kernels.machine import cpu_name
+from lmlab.version import __version__
 
 PNGS = ("curves.png", "differences.png", "phenomena.png", "probes.png")
 
@@ -38,9 +40,6 @@ def provenance(data: Path) -> dict:
     """SHA-256 of the dataset's files and of lmlab's source, so a report names what it ran, and
     the machine it ran on (the ledger's seconds are this machine's)."""
     import torch
-
-    from lmlab.kernels.machine import cpu_name
-    from lmlab.version import __version__
 
     source = Path(__file__).resolve().parents[1]
     machine = {"cpu": cpu_name()}

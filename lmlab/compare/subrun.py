@@ -27,9 +27,18 @@ from lmlab.compare.measures import (
     probe_measure,
     text_scores,
 )
+from lmlab.config.options import flag
 from lmlab.data.dataset import Dataset
+from lmlab.finetune import finetune
+from lmlab.finetune.results import ITEM_SCORES, read_item_scores
 from lmlab.objectives.base import Objective
+from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import PREFIX, list_checkpoints
+from lmlab.runs.metrics import read_metrics
+from lmlab.runs.run import load_run
+from lmlab.train.loop import TrainingError
+from lmlab.train.pretrain import pretrain_with_settings
+from lmlab.train.warm_start import checked_source
 
 SCORES = "scores.npz"
 PRETRAINED = "pretrained.json"  # written when pre-training ended: its wall time and steps
@@ -61,8 +70,6 @@ def read_ledger(sub: SubRun) -> dict:
 def read_warnings(sub: SubRun, objectives: dict[str, Objective]) -> list[str]:
     """What the sub-run's evaluated objectives (`Objective.evaluated_leaves`) warn of in its
     last validation (`Objective.warnings`): a sub-run validates once, at its end."""
-    from lmlab.runs.metrics import read_metrics
-
     evals = [record for record in read_metrics(sub.out) if record["kind"] == "eval"]
     return [line for objective in objectives.values()
             for line in objective.warnings(evals[-1])] if evals else []
@@ -73,8 +80,6 @@ def starting_point(cfg: CompareConfig, dataset: Dataset) -> Start | None:
     against the design's) as every arm's start; None from random weights."""
     if cfg.init is None:
         return None
-    from lmlab.train.warm_start import checked_source
-
     source = checked_source(cfg.init, cfg.seq_len, dataset, cfg.data)
     return Start(source.model_cfg, control_objective(cfg, source, dataset))
 
@@ -84,8 +89,6 @@ def control_objective(cfg: CompareConfig, source: InitSource, dataset: Dataset) 
     every head it trains (the control's heads are then the source's own), else the first
     adaptation's (an imported encoder without heads: its new heads made as that arm makes
     them)."""
-    from lmlab.objectives.registry import build_objective
-
     own = source.run.spec
     try:
         heads = build_objective(own, source.run.special, word_starts=dataset.word_starts).heads
@@ -101,8 +104,6 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None
     on this machine, one per GPU), then score it."""
     if not (sub.out / PRETRAINED).is_file():
         _pretrain(sub, cfg, data, ranks)
-    from lmlab.runs.run import load_run
-
     run = load_run(sub.out, "last")
     scores = {name: values[None] for name, values in
               text_scores(run, HeldOut.of(run, data, cfg.eval_tokens)).items()}
@@ -117,8 +118,6 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None
 
 
 def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
-    from lmlab.train.pretrain import pretrain_with_settings
-
     started = time.perf_counter()
     interrupted = bool(list_checkpoints(sub.out / "checkpoints"))
     budget = {"steps": sub.steps} if sub.steps is not None else {"minutes": sub.minutes}
@@ -147,9 +146,6 @@ def _pretrain(sub: SubRun, cfg: CompareConfig, data: str, ranks: int) -> None:
 def _torchrun(fields: dict, ranks: int) -> None:
     """`lmlab pretrain` with `fields` as options, under torchrun in `ranks` processes on this
     machine (its own rendezvous, so several can share a node)."""
-    from lmlab.config.options import flag
-    from lmlab.train.loop import TrainingError
-
     options = []
     for name, value in fields.items():  # a switch when true; left out when false or unset
         if value is True:
@@ -167,9 +163,6 @@ def _torchrun(fields: dict, ranks: int) -> None:
 def _probe(sub: SubRun, cfg: CompareConfig, probe) -> tuple[str, list[np.ndarray]]:
     """Fine-tune `sub` on `probe` once per fine-tuning seed (reusing finished ones); the
     probe's main metric and each seed's item scores on its scored split."""
-    from lmlab.finetune import finetune
-    from lmlab.finetune.results import ITEM_SCORES, read_item_scores
-
     rows, metric = [], None
     lr = {"lr": cfg.probe_lr} if cfg.probe_lr is not None else {}
     for seed in range(cfg.probe_seeds):

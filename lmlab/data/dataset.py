@@ -15,6 +15,7 @@ from torch import Tensor
 from lmlab.cache import cache_dir
 from lmlab.data.errors import DataError
 from lmlab.data.loader import ArraySource, TokenSource
+from lmlab.data.preparation import is_complete, prepare
 from lmlab.data.shards import TokenFile
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import special_tokens_of, word_start_table
@@ -88,8 +89,6 @@ def open_or_prepare(path: str | None) -> Dataset:
     """The dataset at `path`; with none, the built-in corpus, prepared on first use."""
     if path is not None:
         return open_dataset(Path(path))
-    from lmlab.data.preparation import is_complete, prepare
-
     directory = builtin_dataset_dir()
     if not is_complete(directory):
         print(f"preparing the built-in corpus in {directory} (once)")

@@ -9,6 +9,7 @@ from itertools import islice
 import numpy as np
 from tokenizers import Tokenizer
 
+from lmlab.data.builtin_corpus import builtin_documents
 from lmlab.data.dataset import Dataset, in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
 
@@ -19,8 +20,6 @@ def general_text(tokenizer_json: str, special: SpecialTokens, tokens: int) -> Da
     """A dataset whose validation split holds at least `tokens` tokens of the built-in corpus
     (fewer if the corpus runs out) in `tokenizer_json`'s vocabulary, with its bytes per token
     (for bits per byte) from the text encoded."""
-    from lmlab.data.builtin_corpus import builtin_documents
-
     tokenizer = Tokenizer.from_str(tokenizer_json)
     texts = builtin_documents()
     documents, count, text_bytes = [], 0, 0

@@ -14,7 +14,7 @@ import torch
 from lmlab.data.dataset import Dataset, open_dataset
 from lmlab.data.loader import BlockBatches
 from lmlab.distill.config import DistillConfig
-from lmlab.distill.signals import TeacherSignals
+from lmlab.distill.signals import IMITATIONS, TeacherSignals
 from lmlab.distill.student import student_model
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.setup import FinetuneError
@@ -25,7 +25,6 @@ from lmlab.objectives.mlm import MaskedLM
 from lmlab.runs import Run
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.schema import RunConfig
-from lmlab.train.evaluate import EVAL_SEED, headline_loss
 from lmlab.train.loop import run_training
 from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
@@ -38,6 +37,7 @@ from lmlab.train.setup import (
     training,
 )
 from lmlab.train.step import one_step_seconds
+from lmlab.train.validation import EVAL_SEED, headline_loss
 from lmlab.train.warm_start import canonical_tokenizer
 
 EVAL_BLOCKS = 8
@@ -52,7 +52,7 @@ def teacher_dataset(cfg: DistillConfig, teacher: Run) -> Dataset:
         raise FinetuneError(f"{cfg.data} was not prepared with the teacher's tokenizer; "
                             f"prepare it with: lmlab prepare TEXT --tokenizer {teacher.path} "
                             "--out DIR")
-    if cfg.imitate != "relations" and "mlm" not in teacher.model.heads:
+    if IMITATIONS[cfg.imitate].distribution and "mlm" not in teacher.model.heads:
         raise FinetuneError(f"{teacher.path} has no masked-LM head to imitate; give "
                             "--imitate relations")
     return dataset
@@ -60,7 +60,7 @@ def teacher_dataset(cfg: DistillConfig, teacher: Run) -> Dataset:
 
 def distill_general(teacher: Run, cfg: DistillConfig, env) -> Path:
     dataset = teacher_dataset(cfg, teacher)
-    mlm = cfg.imitate != "relations"
+    mlm = IMITATIONS[cfg.imitate].distribution
     model = student_model(teacher.model, cfg, lambda shape: (
         {"mlm": make_head("mlm", shape)} if mlm else {})).to(env.device)
     out = Path(cfg.out or "runs/distilled")

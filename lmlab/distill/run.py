@@ -17,9 +17,7 @@ from lmlab.extras import require_trackers
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.evaluate import evaluate_task, row_outputs
-from lmlab.finetune.formats import example_files
+from lmlab.finetune.outputs import evaluate_task, row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.setup import FinetuneError, _run_config, read_splits
@@ -30,6 +28,8 @@ from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.run import load_run, pick_checkpoint
 from lmlab.runs.schema import Reading
+from lmlab.tasks.formats import example_files
+from lmlab.tasks.framing import Encoder
 from lmlab.train import distributed
 from lmlab.train.loop import Training, run_training
 from lmlab.train.schedule import Schedule

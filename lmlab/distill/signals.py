@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -21,6 +22,21 @@ from lmlab.objectives.mlm import MaskedLM
 from lmlab.objectives.traits import Traits
 
 Imitate = Literal["mlm", "relations", "both"]
+
+
+@dataclass(frozen=True)
+class Imitation:
+    """What a student learns from its teacher: its masked-LM distribution at the masked
+    positions, its last layer's relations at every real token, or both."""
+
+    distribution: bool
+    relations: bool
+
+
+# --imitate's names → what each imitates: the one place that reads them.
+IMITATIONS: dict[str, Imitation] = {"mlm": Imitation(distribution=True, relations=False),
+                                    "relations": Imitation(distribution=False, relations=True),
+                                    "both": Imitation(distribution=True, relations=True)}
 
 
 def relations(qkv: Tensor, counts: tuple[int, int, int], head_dim: int, heads: int,
@@ -68,8 +84,8 @@ class TeacherSignals(Objective):
     def __init__(self, masked: MaskedLM, teacher: nn.Module, relation_heads: int,
                  imitate: Imitate = "mlm", temperature: float = 1.0) -> None:
         self.masked, self.teacher = masked, teacher.eval().requires_grad_(False)
-        self.imitate, self.temperature = imitate, temperature
-        self.heads_used = () if imitate == "relations" else (masked.head,)
+        self.imitation, self.temperature = IMITATIONS[imitate], temperature
+        self.heads_used = (masked.head,) if self.imitation.distribution else ()
         self.relation_heads = relation_heads
 
     @property
@@ -95,7 +111,7 @@ class TeacherSignals(Objective):
         if self.heads_used:
             (head,) = self.heads_used
             found.update(student=student[head], teacher=teacher[head])
-        if self.imitate != "mlm":
+        if self.imitation.relations:
             real = self._real(batch)
             found["relations"] = relation_loss(
                 self._relations(model, student_qkv[0], real),
@@ -117,7 +133,7 @@ class TeacherSignals(Objective):
         counts = {}
         if self.heads_used:
             counts["mlm"] = (batch.targets != IGNORE_INDEX).sum()
-        if self.imitate != "mlm":  # rows of relations: 3 kinds × heads × real tokens
+        if self.imitation.relations:  # rows of relations: 3 kinds × heads × real tokens
             counts["relations"] = 3 * self.relation_heads * self._real(batch).sum()
         return counts
 
@@ -129,6 +145,6 @@ class TeacherSignals(Objective):
             terms["mlm"] = (soft_label_loss(outputs["student"][scored],
                                             outputs["teacher"][scored], self.temperature),
                             counts["mlm"])
-        if self.imitate != "mlm":
+        if self.imitation.relations:
             terms["relations"] = (outputs["relations"], counts["relations"])
         return LossSum(terms)

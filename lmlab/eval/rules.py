@@ -36,7 +36,7 @@ from lmlab.eval.windows import centred_windows, left_context_windows
 from lmlab.model.masks import Kind
 from lmlab.objectives.base import Objective
 from lmlab.objectives.traits import Traits
-from lmlab.runs.reading import frame_tokens
+from lmlab.tasks.framing import frame_tokens
 
 
 @dataclass

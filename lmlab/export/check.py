@@ -9,11 +9,11 @@ import torch
 from torch import Tensor
 
 from lmlab.export.targets import Target
-from lmlab.finetune.encoding import closing_ids
 from lmlab.model import MaskSpec
 from lmlab.model.heads import pools
 from lmlab.model.selectors import Pooling
 from lmlab.runs import Run
+from lmlab.tasks.framing import closing_ids
 
 ROWS, LENGTH = 3, 24
 

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import torch
 
+from lmlab.export.check import sample_inputs
 from lmlab.export.hf import family_of
 from lmlab.export.hf_format import transformers_installed
 from lmlab.export.targets import CLASSES, ExportError, Format, Target
+from lmlab.model import MaskSpec
 from lmlab.runs import Run
 
 FILE = "model.gguf"  # in the --out directory, unless --out names the file itself
@@ -191,9 +193,6 @@ def _max_difference(run: Run, staging: Path, dtype: str) -> float:
     """Logits of the file as transformers reads it against the run's, its weights rounded as
     the file stores them."""
     import transformers
-
-    from lmlab.export.check import sample_inputs
-    from lmlab.model import MaskSpec
 
     theirs_model = transformers.AutoModelForCausalLM.from_pretrained(
         staging, gguf_file=FILE, dtype=torch.float32).eval()

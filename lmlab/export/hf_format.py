@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmlab.export.check import max_difference
 from lmlab.export.hf_directory import write_hf_directory
 from lmlab.export.targets import Format, Target, export_target
 from lmlab.runs import Run
@@ -25,8 +26,6 @@ def write(run: Run, target: Target, staging: Path, check: bool) -> float | None:
                        pair_framed=fine_tuned or run.objective.framing == "pair")
     if not (check and transformers_installed()):
         return None
-    from lmlab.export.check import max_difference
-
     return max_difference(run, target, staging)
 
 

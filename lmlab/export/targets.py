@@ -15,11 +15,11 @@ from pathlib import Path
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.export.electra import RTD_HEADS, electra_config, electra_weights
 from lmlab.export.hf import family_of, to_hf_state_dict
-from lmlab.finetune.encoding import padding_apart
-from lmlab.finetune.traits import TASKS
 from lmlab.model.heads import pools
 from lmlab.runs import Run
 from lmlab.runs.schema import RunTask
+from lmlab.tasks.framing import padding_apart
+from lmlab.tasks.traits import TASKS
 
 
 class ExportError(ValueError):
@@ -37,7 +37,7 @@ class Target:
     # what the format writes beside the model (sentence-transformers: pooling, normalize)
     settings: dict = field(default_factory=dict)
     note: str | None = None  # what the export leaves out of the run, said in one line
-    # the padding id the export declares in place of the tokenizer's (lmlab.finetune.encoding.
+    # the padding id the export declares in place of the tokenizer's (lmlab.tasks.framing.
     # padding_apart): a decoder's sequence class finds each row's last token by it
     padding: int | None = None
 
@@ -70,7 +70,7 @@ class Format:
 ENCODERS = ("bert", "modernbert")
 
 # A pre-trained run's (family, heads) → class; heads are sorted so the key ignores their order.
-# A fine-tuned run's class is its task's (lmlab.finetune.traits).
+# A fine-tuned run's class is its task's (lmlab.tasks.traits).
 CLASSES: dict[tuple[str, tuple[str, ...]], str] = {
     ("bert", ()): "BertModel",
     ("bert", ("mlm",)): "BertForMaskedLM",

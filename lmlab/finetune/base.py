@@ -3,8 +3,9 @@ batch the one loop trains on.
 
 A task encodes examples into `Row`s, turns rows into a `Batch` for its head, scores a batch as
 the loop asks of any objective (`target_counts`, `loss`), and turns the model's outputs back
-into predictions and metrics. What it declares about itself is its traits (traits.py); how
-its examples are read from files or typed texts is its format's (formats.py).
+into predictions and metrics. What it declares about itself is its traits
+(lmlab.tasks.traits); how its examples are read from files or typed texts is its format's
+(lmlab.tasks.formats).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import torch
 from torch import Tensor
 
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.traits import TASKS
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Objective
@@ -27,6 +26,8 @@ from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.reading import pad_right
 from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder
+from lmlab.tasks.traits import TASKS
 
 
 @dataclass

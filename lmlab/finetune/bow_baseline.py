@@ -9,7 +9,7 @@ counts give; pre-training has not yet paid for itself there. `lmlab finetune --b
 keeps it beside the model's scores in results.json, and `lmlab compare` beside every
 classification probe's.
 
-It applies to the tasks whose traits say so (lmlab.finetune.traits: rows of a table, each
+It applies to the tasks whose traits say so (lmlab.tasks.traits: rows of a table, each
 with one label); answer spans, tags and numbers have no such floor. scikit-learn is imported
 only when a floor is fitted.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lmlab.extras import require_extra
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
@@ -26,7 +27,7 @@ from lmlab.finetune.sequence_tasks import LabelPrediction
 from lmlab.finetune.splits import Splits, read_splits
 
 if TYPE_CHECKING:
-    from lmlab.finetune.readers import TextExample
+    from lmlab.tasks.readers import TextExample
 
 NAME = "bag-of-words"
 EXTRA = "baselines"  # the lmlab extra that installs scikit-learn
@@ -41,8 +42,6 @@ MAX_ITERATIONS = 1000  # lbfgs's default 100 stops short on large vocabularies
 def require_scikit_learn(needed_by: str = "--baseline bow") -> None:
     """Refuse in one line, naming `pip install 'lmlab[baselines]'`, when scikit-learn is
     missing."""
-    from lmlab.extras import require_extra
-
     require_extra("sklearn", EXTRA, needed_by, package="scikit-learn")
 
 

@@ -12,8 +12,8 @@ from typing import Literal
 
 from lmlab.config.budget import Budget
 from lmlab.config.fields import documented
-from lmlab.config.training import LoopConfig
-from lmlab.finetune.traits import TASKS, check_floor_applies, task_help
+from lmlab.config.training import LoopConfig, ScheduleName
+from lmlab.tasks.traits import TASKS, check_floor_applies, task_help
 
 TaskName = Literal[tuple(TASKS)]  # the registry's names, so --task offers each
 
@@ -73,7 +73,7 @@ class FinetuneConfig(LoopConfig):
     lr: float | None = documented(None, "peak learning rate; none = 1e-4 × 768 / the model's "
                                         "width: 1e-4 at base size (BERT's recipe), 3e-4 for "
                                         "a mini model")
-    schedule: Literal["cosine", "linear", "constant", "wsd"] = documented(
+    schedule: ScheduleName = documented(
         "linear", "learning-rate decay after warm-up")
     lr_floor: float = documented(0.0, "final learning rate as a fraction of the peak")
     weight_decay: float = documented(0.01, "AdamW weight decay (not on norms, biases, "

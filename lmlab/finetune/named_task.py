@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmlab.finetune.traits import TASKS
+from lmlab.config.parsing import resolve_config
+from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks.traits import TASKS
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml")
 SYNTAX = "NAME=TASK:TRAIN:VALIDATION[:TEST] or NAME=CONFIG.yaml"
@@ -49,9 +51,6 @@ class NamedTask:
 
     @classmethod
     def _from_config(cls, name: str, path: str, what: str) -> NamedTask:
-        from lmlab.config.parsing import resolve_config
-        from lmlab.finetune.config import FinetuneConfig
-
         if not Path(path).is_file():
             raise ValueError(f"{what} {name}: {path} is not a file")
         try:
@@ -74,9 +73,6 @@ class NamedTask:
     def finetune_config(self, **fields):
         """The task's fine-tuning config: its config file's fields, then `fields` (settings
         shared with other tasks), then its own files."""
-        from lmlab.config.parsing import resolve_config
-        from lmlab.finetune.config import FinetuneConfig
-
         own = {"task": self.task, "train": self.train, "validation": self.validation,
                "test": self.test}
         return resolve_config(Path(self.config) if self.config else None, {**fields, **own},

@@ -13,14 +13,14 @@ import torch.nn.functional as F
 
 from lmlab.atomic import atomic_write
 from lmlab.finetune.base import Row, Task
-from lmlab.finetune.encoding import Encoder, Words, first_pieces
-from lmlab.finetune.metrics import entity_f1_items, entity_metrics, entity_spans
-from lmlab.finetune.readers import TaggedSentence
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.selectors import Positions
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder, Words, first_pieces
+from lmlab.tasks.metrics import entity_f1_items, entity_metrics, entity_spans
+from lmlab.tasks.readers import TaggedSentence
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Encoder, Words
-from lmlab.finetune.evaluate import row_outputs
-from lmlab.finetune.formats import example_files
-from lmlab.finetune.readers import QAExample, TextExample
+from lmlab.finetune.outputs import row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.runs import Run
 from lmlab.runs.run import RunLoadError, load_run
 from lmlab.runs.schema import Reading
+from lmlab.tasks.formats import example_files
+from lmlab.tasks.framing import Encoder, Words
+from lmlab.tasks.readers import QAExample, TextExample
 
 
 def fine_tuned_task(run: Run) -> tuple[Task, FinetuneConfig]:

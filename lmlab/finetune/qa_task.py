@@ -13,13 +13,13 @@ import torch.nn.functional as F
 from lmlab.data.errors import DataError
 from lmlab.finetune.base import Row, Task
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.metrics import squad_f1, squad_metrics
 from lmlab.finetune.qa_spans import Answer, QuestionTooLong, best_answer, label_window, make_windows
-from lmlab.finetune.readers import QAExample
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder
+from lmlab.tasks.metrics import squad_f1, squad_metrics
+from lmlab.tasks.readers import QAExample
 
 # Padding scores this low: no softmax mass, and no answer can start or end there.
 NOT_A_POSITION = -1e4

@@ -14,9 +14,9 @@ from torch import nn
 from lmlab.atomic import atomic_write, write_text_atomic
 from lmlab.finetune.base import Task
 from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.outputs import evaluate_task
 from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder
 
 RESULTS = "results.json"
 ITEM_SCORES = "item-scores.json"

@@ -17,18 +17,19 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.finetune.base import Row, Task, pooling_weights
-from lmlab.finetune.encoding import Encoder
-from lmlab.finetune.metrics import (
+from lmlab.model.selectors import Pooling
+from lmlab.objectives.batch import Batch
+from lmlab.objectives.losses import LossSum
+from lmlab.runs.plots import plot_confusion_matrix
+from lmlab.runs.schema import Reading
+from lmlab.tasks.framing import Encoder
+from lmlab.tasks.metrics import (
     classification_metrics,
     confusion_matrix,
     pearson_items,
     regression_metrics,
 )
-from lmlab.finetune.readers import TextExample
-from lmlab.model.selectors import Pooling
-from lmlab.objectives.batch import Batch
-from lmlab.objectives.losses import LossSum
-from lmlab.runs.schema import Reading
+from lmlab.tasks.readers import TextExample
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,6 @@ class ClassifyTask(Task):
                 for example, prediction in zip(examples, predictions, strict=True)]
 
     def report(self, out: Path, split: str, examples, predictions) -> None:
-        from lmlab.report.plots import plot_confusion_matrix
-
         gold = [self.labels.index(example.label) for example in examples]
         matrix = confusion_matrix(gold, [p.label for p in predictions], len(self.labels))
         plot_confusion_matrix(matrix, self.labels, out / f"confusion-{split}.png")

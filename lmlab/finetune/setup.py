@@ -20,13 +20,11 @@ from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
 from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
 from lmlab.finetune.config import FinetuneConfig, default_lr
 from lmlab.finetune.data import TaskData
-from lmlab.finetune.encoding import PAIR_OVERHEAD, Encoder, padding_apart
-from lmlab.finetune.evaluate import evaluate_task
+from lmlab.finetune.outputs import evaluate_task
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
 from lmlab.finetune.splits import Splits, read_splits
-from lmlab.finetune.traits import TASKS
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head, pools
@@ -35,6 +33,8 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
 from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
+from lmlab.tasks.framing import PAIR_OVERHEAD, Encoder, padding_apart
+from lmlab.tasks.traits import TASKS
 from lmlab.train import distributed
 from lmlab.train.loop import run_training
 from lmlab.train.schedule import Schedule
@@ -211,7 +211,7 @@ def _description(source: str | Path, cfg: FinetuneConfig, task: Task, train_rows
 def warn_if_unexportable(task: Task, reading: Reading, special: SpecialTokens) -> None:
     """Say before training what `lmlab export` would refuse after it: a row pooled at its last
     token is found by Hugging Face's GPT-2 and Llama sequence classes only through a padding
-    id that no row ends with (lmlab.finetune.encoding.padding_apart)."""
+    id that no row ends with (lmlab.tasks.framing.padding_apart)."""
     if not pools(task.head) or reading.pooling != "last":
         return
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lmlab.atomic import sha256_of
 from lmlab.finetune.config import FinetuneConfig, where_filter
-from lmlab.finetune.formats import example_files
+from lmlab.tasks.formats import example_files
 
 
 @dataclass

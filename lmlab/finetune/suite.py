@@ -23,7 +23,7 @@ from lmlab.finetune.named_task import CONFIG_SUFFIXES, NamedTask
 from lmlab.finetune.results import read_results
 from lmlab.finetune.seeds import seed_configs
 from lmlab.finetune.setup import finetune
-from lmlab.finetune.traits import TASKS
+from lmlab.tasks.traits import TASKS
 
 SUMMARY = "suite.json"
 TABLE = "suite.md"

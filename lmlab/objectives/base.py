@@ -155,7 +155,7 @@ class Objective:
         return self.predicted_fraction(rows, seq_len)
 
     def warnings(self, metrics: dict[str, float]) -> list[str]:
-        """What this objective's validation metrics (lmlab.train.evaluate, keyed
+        """What this objective's validation metrics (lmlab.train.validation, keyed
         `{name}/...`) say has gone wrong, one line each; nothing unless the objective knows a
         failure of its own to look for."""
         return []

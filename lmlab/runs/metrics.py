@@ -36,3 +36,19 @@ def metrics_rows(run_dir: str | Path, after: int = 0) -> tuple[list[dict], int]:
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """Every whole record of `run_dir`'s metrics.jsonl, in order."""
     return metrics_rows(run_dir)[0]
+
+
+# What each validation loss term measures, in words.
+LOSS_WORDS = {"mlm": "masked tokens", "clm": "next token", "prefix": "next token after a prefix",
+              "span": "corrupted spans", "nsp": "next-sentence prediction"}
+
+
+def loss_name(key: str) -> str:
+    """'mlm/mlm_loss' → 'validation loss (masked tokens)', 'general/mlm/mlm_loss' → 'general-text
+    loss (masked tokens)'; a key it does not know, as it is."""
+    general = key.startswith(GENERAL_TEXT)
+    objective, _, term = key.removeprefix(GENERAL_TEXT).removesuffix("_loss").rpartition("/")
+    if term not in LOSS_WORDS:
+        return f"validation {key}"
+    of = "" if objective in ("", term) else f", {objective}"
+    return f"{'general-text' if general else 'validation'} loss ({LOSS_WORDS[term]}{of})"

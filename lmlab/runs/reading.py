@@ -2,10 +2,8 @@
 rows laid out as training laid them out, for every command that reads text with a run
 (inference, evaluation, fine-tuning's predictions, the server).
 
-Training reads packed documents that each end with [EOS], with positions restarting at every
-document; sentence-pair objectives (NSP) read `[CLS] A [SEP] B [SEP]` rows. A text given for
-reading (fill-mask, embeddings) becomes one such document, framed with those of the tokens the
-tokenizer has: without [EOS] (BERT's) a document is its ids alone.
+A text given for reading (fill-mask, embeddings) becomes one document as the run's objective
+framed them in training (lmlab.tasks.framing, the one framing of rows).
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lmlab.data.special_tokens import SpecialTokens
-from lmlab.objectives.traits import Framing
 from lmlab.runs.run import Run
+from lmlab.tasks.framing import frame_tokens
 
 # One input: a text, or the token ids of one text (for runs without a tokenizer).
 Text = str | Sequence[int] | Tensor
@@ -74,14 +71,6 @@ def parse_ids(text: str, mask_id: int | None = None) -> list[int]:
         else:
             raise ValueError(f"{word!r} is not a token id (expected numbers such as '7 8 9')")
     return ids
-
-
-def frame_tokens(special: SpecialTokens, framing: Framing) -> tuple[list[int], list[int]]:
-    """The tokens before and after one text as training framed it, those the tokenizer has:
-    `[CLS] text [SEP]` for sentence-pair rows, `text [EOS]` for packed documents."""
-    if framing == "pair":
-        return special.present("cls"), special.present("sep")
-    return [], special.present("eos")
 
 
 def reading_document(run: Run, ids: list[int]) -> tuple[list[int], slice]:

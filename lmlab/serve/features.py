@@ -7,7 +7,11 @@ from dataclasses import asdict
 
 import torch
 
+from lmlab.finetune.predict import predict as predictions
+from lmlab.infer.embed import embed as vectors_of
+from lmlab.infer.fill_mask import fill_mask as fill
 from lmlab.model import MaskSpec
+from lmlab.objectives.registry import build_objective
 from lmlab.runs.metrics import metrics_rows
 from lmlab.runs.reading import encode, reading_document
 from lmlab.serve.curves import curves
@@ -20,8 +24,6 @@ MAX_GRID_TOKENS = 128  # a grid is tokens² cells
 
 
 def fill_mask(served: ServedRun, body: dict) -> dict:
-    from lmlab.infer.fill_mask import fill_mask as fill
-
     text = field(body, "text", str)
     top_k = bounded(body, "top_k", 5, 1, MAX_TOP_K)
     masks = fill(served.run, text, top_k)
@@ -29,8 +31,6 @@ def fill_mask(served: ServedRun, body: dict) -> dict:
 
 
 def embed(served: ServedRun, body: dict) -> dict:
-    from lmlab.infer.embed import embed as vectors_of
-
     given = texts(body, least=2)
     pooling = field(body, "pooling", str, None)  # None: as the run records, else mean
     vectors = torch.from_numpy(vectors_of(served.run, given, pooling, normalize=True))
@@ -38,8 +38,6 @@ def embed(served: ServedRun, body: dict) -> dict:
 
 
 def predict(served: ServedRun, body: dict) -> dict:
-    from lmlab.finetune.predict import predict as predictions
-
     given = texts(body)
     results = predictions(served.run, given, all_scores=True)
     return {"task": served.task, "texts": given, "predictions": results}
@@ -80,8 +78,6 @@ def attention(served: ServedRun, body: dict) -> dict:
 def _span_grid(run, ids: list[int]) -> dict:
     """The row span corruption trains on for `ids` (spans drawn with a fixed seed): the
     corrupted text and its targets, and the mask the objective gives that row."""
-    from lmlab.objectives.registry import build_objective
-
     leaves = [leaf for leaf in run.objective.leaves() if leaf.traits.generation == "infill"]
     objective = leaves[0] if leaves else build_objective("span", run.special)
     batch = objective.make_batch(torch.tensor([ids]), torch.Generator().manual_seed(0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+from lmlab.infer.generate import GenerationOptions, generation_mode, stream
 from lmlab.serve.errors import ApiError
 from lmlab.serve.fields import bounded, field
 from lmlab.serve.runs import ServedRun, token_texts
@@ -46,8 +47,6 @@ class Slots:
 def events(served: ServedRun, body: dict) -> Iterator[dict]:
     """The generation's events. The first is computed before this returns, so that a prompt
     the run cannot take is an ApiError raised here, not in the middle of a stream."""
-    from lmlab.infer.generate import GenerationOptions, generation_mode, stream
-
     run = served.run
     prompt = field(body, "prompt", str)
     max_new_tokens = bounded(body, "max_new_tokens", 50, 1, MAX_NEW_TOKENS)

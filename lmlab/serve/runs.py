@@ -8,11 +8,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from lmlab.compare.layout import DESIGN, REPORT
-from lmlab.finetune.formats import TEXT_SEPARATOR
-from lmlab.finetune.traits import TASKS
-from lmlab.runs import Run
+from lmlab.runs import Run, load_run
 from lmlab.runs.layout import METRICS
 from lmlab.serve.errors import ApiError
+from lmlab.tasks.formats import TEXT_SEPARATOR
+from lmlab.tasks.traits import TASKS
 
 
 @dataclass
@@ -104,8 +104,6 @@ class RunTable:
     def load(cls, paths: list[Path], device: str = "cpu") -> RunTable:
         """Each run or comparison by its directory's name; a repeated name gets its position
         appended."""
-        from lmlab.runs import load_run
-
         runs: dict[str, Run] = {}
         comparisons: dict[str, Path] = {}
         for index, path in enumerate(paths):

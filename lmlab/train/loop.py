@@ -28,9 +28,9 @@ from lmlab.train import distributed
 from lmlab.train.checkpoint import LoopState, prune_checkpoints, save_checkpoint
 from lmlab.train.deadline import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.head_warmup import HeadWarmup
-from lmlab.train.metrics import MetricsLog, ProgressBar
 from lmlab.train.optim import set_lr
 from lmlab.train.pace import Pace, Throughput
+from lmlab.train.reporting import MetricsLog, ProgressBar
 from lmlab.train.schedule import Schedule
 from lmlab.train.step import (
     SkippedSteps,

@@ -29,7 +29,6 @@ from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline, deadline_eval_batches
-from lmlab.train.evaluate import ValidationWarnings, headline_loss, validate
 from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.loop import run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
@@ -46,6 +45,7 @@ from lmlab.train.setup import (
     training,
 )
 from lmlab.train.step import one_step_seconds
+from lmlab.train.validation import ValidationWarnings, headline_loss, validate
 from lmlab.train.warm_start import (
     NEW_WEIGHTS_LR,
     InitSource,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
-ScheduleName = Literal["cosine", "linear", "constant", "wsd"]
+from lmlab.config.training import ScheduleName
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from lmlab.data.builtin_corpus import builtin_documents
 from lmlab.data.cleaning import CleaningReport
 from lmlab.data.errors import DataError
 from lmlab.data.mixing import MixedSource, SourceSpec, mix, plan_mix, realised_shares
@@ -72,8 +73,6 @@ def prepare_sources(specs: list[SourceSpec], out: Path, recipe: Recipe, inputs: 
 
 
 def prepare_builtin_corpus(out: Path, recipe: Recipe, workers: int | None) -> Path:
-    from lmlab.data.builtin_corpus import builtin_documents  # its text loads only when asked
-
     group = _Group("builtin", lambda stats: _counted(builtin_documents(), stats))
     return _prepare([group], out, recipe, [{"builtin": platform.python_version()}], None,
                     worker_count(workers, None))

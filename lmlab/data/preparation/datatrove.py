@@ -37,6 +37,7 @@ from lmlab.data.preparation.datatrove_work import TOKENIZER, check_read, cleanin
 from lmlab.data.preparation.directory import make_dataset
 from lmlab.data.preparation.encode import given_tokenizer
 from lmlab.data.recipe import Recipe
+from lmlab.ray_cluster import connect
 
 EXECUTORS = ("local", "ray")
 
@@ -234,7 +235,6 @@ def _near_dedup(config: CleaningConfig, work: str) -> _Dedup | None:
     )
 
     from lmlab.data.preparation.datatrove_steps import WhitespaceWords
-
     if not config.near_dedup:
         return None
     minhash, bands = _minhash_config(config.near_dedup)
@@ -300,9 +300,6 @@ def _executor(engine: Engine, stage: Stage, logs: Path):
 
 def _connect_ray() -> None:
     import ray
-
-    from lmlab.ray_cluster import connect
-
     if ray.is_initialized():
         return
     try:

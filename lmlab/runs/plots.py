@@ -1,4 +1,6 @@
-"""Training curves and confusion matrices as PNGs, written atomically."""
+"""The plots a run directory holds: training curves and confusion matrices as PNGs, written
+atomically, and the matplotlib plumbing every figure of lmlab shares (the Agg backend, atomic
+PNGs, legends only where something is labelled, a font for every label's characters)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,7 @@ from functools import cache
 from pathlib import Path
 
 from lmlab.atomic import atomic_write
-from lmlab.runs.metrics import GENERAL_TEXT
-
-# What each validation loss term measures, in words.
-LOSS_WORDS = {"mlm": "masked tokens", "clm": "next token", "prefix": "next token after a prefix",
-              "span": "corrupted spans", "nsp": "next-sentence prediction"}
-
-
-def loss_name(key: str) -> str:
-    """'mlm/mlm_loss' → 'validation loss (masked tokens)', 'general/mlm/mlm_loss' → 'general-text
-    loss (masked tokens)'; a key it does not know, as it is."""
-    general = key.startswith(GENERAL_TEXT)
-    objective, _, term = key.removeprefix(GENERAL_TEXT).removesuffix("_loss").rpartition("/")
-    if term not in LOSS_WORDS:
-        return f"validation {key}"
-    of = "" if objective in ("", term) else f", {objective}"
-    return f"{'general-text' if general else 'validation'} loss ({LOSS_WORDS[term]}{of})"
+from lmlab.runs.metrics import loss_name
 
 
 def pyplot():

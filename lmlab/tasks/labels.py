@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lmlab.data.errors import DataError
-from lmlab.finetune.readers import TaggedSentence, TextExample
+from lmlab.tasks.readers import TaggedSentence, TextExample
 
 INTEGER = re.compile(r"-?\d+")
 SHOWN_LABELS = 12  # training labels an error lists; more mean a wrong column, not a typo

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from lmlab.atomic import atomic_write
 from lmlab.runs.layout import METRICS
 from lmlab.runs.metrics import read_metrics
+from lmlab.runs.plots import plot_training_curves
 
 if TYPE_CHECKING:
     from lmlab.train.trackers import Tracker
@@ -55,8 +56,6 @@ class MetricsLog:
             tracker.log(record, step)
 
     def plot(self, out_path: Path, scores: tuple[str, ...] = (), title: str = "") -> None:
-        from lmlab.report.plots import plot_training_curves
-
         plot_training_curves(read_metrics(self.run_dir), out_path, scores, title)
         self.curves = out_path
 

@@ -1,12 +1,12 @@
-"""A plan (lmlab.compare.plan) as a table for the terminal."""
+"""A plan (lmlab.planning.sizing) as a table for the terminal."""
 
 from __future__ import annotations
 
-from lmlab.compare.plan import USEFUL_PASSES, Candidate, Plan
-from lmlab.compare.plan_budget import Budget
-from lmlab.compare.plan_timing import MIN_TIMING_SECONDS, TIMING_SHARE
 from lmlab.config.budget import format_count
 from lmlab.eval.report import text_table
+from lmlab.planning.compute_budget import ComputeBudget
+from lmlab.planning.sizing import USEFUL_PASSES, Candidate, Plan
+from lmlab.planning.timing import MIN_TIMING_SECONDS, TIMING_SHARE
 
 HEADER = ["model", "parameters", "non-embedding", "FLOPs/token", "tokens/s", "tokens",
           "minutes", "tokens/param", "passes", "fit: loss above best"]
@@ -39,7 +39,7 @@ def format_plan(plan: Plan) -> str:
     return "\n".join([*lines, "", plan.command])
 
 
-def _budget(budget: Budget) -> str:
+def _budget(budget: ComputeBudget) -> str:
     if budget.kind == "minutes":
         return f"{budget.amount:g} minutes"
     if budget.kind == "flops":

@@ -2,11 +2,11 @@
 
 Each candidate preset is counted, then timed for a few training steps of the objective on
 random tokens, as `lmlab pretrain` times a `--minutes` budget, within a small share of the
-budget (lmlab.compare.plan_timing: a size that cannot be timed in it is left untimed, and
+budget (lmlab.planning.timing: a size that cannot be timed in it is left untimed, and
 said so). Its row gives the parameters, training FLOPs per token (`objective_flops_per_token`:
 the objective's own predicted share), the measured speed, the tokens the budget reaches, and
 how much higher the Chinchilla-style fit puts its loss than the lowest among the candidates
-(lmlab.compare.scaling: fitted elsewhere, so its values compare candidates and promise no
+(lmlab.planning.scaling: fitted elsewhere, so its values compare candidates and promise no
 loss). The recommendation is the candidate that fits the budget and lies closest, in log
 parameters, to the fit's compute-optimal size; when none fits, the smallest, with the time it
 needs on this machine (at least one step, as a step time measured or estimated says).
@@ -23,9 +23,6 @@ from pathlib import Path
 
 import torch
 
-from lmlab.compare.plan_budget import Budget
-from lmlab.compare.plan_timing import Size, Timings, time_sizes
-from lmlab.compare.scaling import CHINCHILLA
 from lmlab.config import ModelConfig
 from lmlab.config.presets import FAMILIES, SIZES, auto_family, preset
 from lmlab.config.training import TrainConfig
@@ -34,6 +31,9 @@ from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective, check_before_data
+from lmlab.planning.compute_budget import ComputeBudget
+from lmlab.planning.scaling import CHINCHILLA
+from lmlab.planning.timing import Size, Timings, time_sizes
 from lmlab.runs.layout import CONFIG, split_init
 from lmlab.runs.schema import RunConfigError, read_run_config
 
@@ -84,7 +84,7 @@ class Optimum:
 @dataclass(frozen=True)
 class Plan:
     objective: str
-    budget: Budget
+    budget: ComputeBudget
     seq_len: int
     batch_size: int
     precision: str
@@ -119,10 +119,10 @@ def plan(objective: str = TrainConfig.objective, *, minutes: float | None = None
     a family or auto (as `lmlab pretrain --model auto` chooses: modernbert for objectives
     that only read bidirectionally, else modern); `sizes` are preset sizes (default: all). Each
     is timed for `steps_to_time` steps after a warm-up one, as far as a small share of the
-    budget allows (lmlab.compare.plan_timing). With `init` (RUN or RUN:CHECKPOINT) the one
+    budget allows (lmlab.planning.timing). With `init` (RUN or RUN:CHECKPOINT) the one
     candidate is that run's model, as `lmlab pretrain --init` and `lmlab compare --init`
     continue it."""
-    budget = Budget.read(minutes, flops, tokens)
+    budget = ComputeBudget.read(minutes, flops, tokens)
     data = None if data is None else str(data)
     _check_choices(init, family, sizes, steps_to_time)
     sizes = _sizes(sizes)
@@ -204,7 +204,7 @@ def _size(name: str, model_cfg: ModelConfig, config: TrainConfig, objective: Obj
 
 
 def _candidates(sizes: list[Size], timings: Timings, config: TrainConfig, dataset: Dataset,
-                budget: Budget) -> list[Candidate]:
+                budget: ComputeBudget) -> list[Candidate]:
     tokens_per_step = config.batch_size * config.seq_len
     found = []
     for size in sizes:
@@ -235,7 +235,7 @@ def _candidates(sizes: list[Size], timings: Timings, config: TrainConfig, datase
 
 
 def _needed(candidate: Candidate, config: TrainConfig,
-            budget: Budget) -> tuple[Budget, float | None]:
+            budget: ComputeBudget) -> tuple[ComputeBudget, float | None]:
     """What `candidate`, fitting no budget as timed, needs for at least one step, as a budget
     for its pretrain command and the minutes that takes here, at its step time (measured,
     else estimated): for a time budget, the budget or the whole minutes a step takes if more;
@@ -246,13 +246,13 @@ def _needed(candidate: Candidate, config: TrainConfig,
         return budget, None
     if budget.kind == "minutes":
         minutes = max(budget.amount, math.ceil(seconds / 60))
-        return Budget("minutes", minutes), minutes
+        return ComputeBudget("minutes", minutes), minutes
     tokens_per_step = config.batch_size * config.seq_len
     steps = max(math.ceil(candidate.tokens / tokens_per_step), 1)
-    return Budget("tokens", steps * tokens_per_step), steps * seconds / 60
+    return ComputeBudget("tokens", steps * tokens_per_step), steps * seconds / 60
 
 
-def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
+def _budget_flops(budget: ComputeBudget, candidates: list[Candidate]) -> float | None:
     """The budget in FLOPs: as given; for tokens, the compute at which they are
     compute-optimal; for time, the most a candidate trains in it (the best measured speed)."""
     if budget.kind == "flops":
@@ -262,7 +262,7 @@ def _budget_flops(budget: Budget, candidates: list[Candidate]) -> float | None:
     return max((c.tokens * c.flops_per_token for c in candidates if c.tokens), default=None)
 
 
-def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: Budget,
+def _pretrain_command(candidate: Candidate, config: TrainConfig, budget: ComputeBudget,
                       init: str | Path | None) -> str:
     """The `lmlab pretrain` that trains the plan: a time budget stays one (the run times
     itself on the machine it runs on), a token budget stays its count, FLOPs become the

@@ -8,12 +8,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from lmlab.data.errors import DataError
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.encoding import Words
-from lmlab.finetune.labels import check_labels_known, check_tags_known, class_names, label_names
-from lmlab.finetune.readers import (
+from lmlab.tasks.framing import Words
+from lmlab.tasks.labels import check_labels_known, check_tags_known, class_names, label_names
+from lmlab.tasks.readers import (
     QAExample,
     TaggedSentence,
     TextExample,
@@ -25,16 +25,28 @@ from lmlab.finetune.readers import (
     read_squad,
     read_table,
 )
-from lmlab.finetune.traits import TASKS, TaskTraits
+from lmlab.tasks.traits import TASKS, TaskTraits
 
 # Two texts typed as one: a pair's two sentences, or a question and its context.
 TEXT_SEPARATOR = " ||| "
 
 
+class ExampleSettings(Protocol):
+    """What reading a task's examples takes from its config (a FinetuneConfig holds it)."""
+
+    task: str
+    train: str | None
+    train_where: str | None
+    text_column: str | None
+    pair_column: str | None
+    label_column: str | None
+    strict: bool
+
+
 class ExampleFiles:
     """One format of examples, read for the task `cfg` names."""
 
-    def __init__(self, cfg: FinetuneConfig, traits: TaskTraits) -> None:
+    def __init__(self, cfg: ExampleSettings, traits: TaskTraits) -> None:
         self.cfg, self.traits = cfg, traits
 
     def holds(self, path: str | Path) -> bool:
@@ -140,7 +152,7 @@ FORMATS: dict[str, type[ExampleFiles]] = {"table": TableFiles, "squad": SquadFil
                                           "conll": ConllFiles}
 
 
-def example_files(cfg: FinetuneConfig) -> ExampleFiles:
+def example_files(cfg: ExampleSettings) -> ExampleFiles:
     """How the examples of `cfg`'s task are read."""
     traits = TASKS[cfg.task]
     return FORMATS[traits.examples](cfg, traits)

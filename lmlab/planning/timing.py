@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import torch
 from tqdm import tqdm
 
-from lmlab.compare.plan_budget import Budget
 from lmlab.config import ModelConfig
 from lmlab.model import LanguageModel
+from lmlab.planning.compute_budget import ComputeBudget
 from lmlab.train.step import step_seconds
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class Timings:
 
 
 def time_sizes(sizes: list[Size], objective: Objective, dataset: Dataset,
-               config: TrainConfig, budget: Budget, steps_to_time: int,
+               config: TrainConfig, budget: ComputeBudget, steps_to_time: int,
                device: torch.device) -> Timings:
     timings = Timings(_allowance(budget.amount * 60) if budget.kind == "minutes" else None)
     for size in tqdm(sorted(sizes, key=lambda s: s.flops_per_token), desc="timing",
@@ -104,7 +104,7 @@ def time_sizes(sizes: list[Size], objective: Objective, dataset: Dataset,
 
 
 def _time_one(model: LanguageModel, size: Size, objective: Objective, dataset: Dataset,
-              config: TrainConfig, budget: Budget, steps_to_time: int, timings: Timings,
+              config: TrainConfig, budget: ComputeBudget, steps_to_time: int, timings: Timings,
               started: float) -> tuple[float | None, str | None]:
     """(seconds per step, None), or (None, why it was not timed)."""
     try:
@@ -153,7 +153,7 @@ def _allowance(training_seconds: float) -> float:
     return max(TIMING_SHARE * training_seconds, MIN_TIMING_SECONDS)
 
 
-def _training_seconds(budget: Budget, size: Size, seconds_per_step: float,
+def _training_seconds(budget: ComputeBudget, size: Size, seconds_per_step: float,
                       config: TrainConfig) -> float:
     """How long `size` would train on a FLOPs or tokens budget at `seconds_per_step`."""
     tokens = budget.amount if budget.kind == "tokens" else budget.amount / size.flops_per_token

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-# The files a task's examples come in (lmlab.finetune.formats): a table of texts and labels
+# The files a task's examples come in (lmlab.tasks.formats): a table of texts and labels
 # (.tsv, .csv, .jsonl), SQuAD JSON, or CoNLL columns of words and tags.
 ExampleFormat = Literal["table", "squad", "conll"]
 # What an example is labelled with: one of N label names, a number, an answer span of its

@@ -1,5 +1,6 @@
 """Labelled fine-tuning data: text tables, SQuAD questions and CoNLL tagged words, as task
-examples. The files are read through lmlab/data/readers.py (any format and compression it reads).
+examples. The files are read through lmlab/data/readers.py (any format and compression it
+reads).
 
 Labelled sets are small, so each file is read whole and the first problem is fatal, named by
 file and line: a bad row in a labelled set means a wrong column or format, and skipping it would

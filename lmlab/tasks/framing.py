@@ -1,9 +1,13 @@
-"""Texts → token rows for fine-tuning: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token
-types, and words → pieces with the word each piece belongs to (NER).
+"""The one framing of rows "as the run was trained": the tokens around a text, for reading
+(inference, evaluation, the server) and for tasks; texts → token rows for fine-tuning (`[CLS] A
+[SEP]` or `[CLS] A [SEP] B [SEP]` with token types), and words → pieces with the word each
+piece belongs to (NER).
 
-A tokenizer without [CLS] or [SEP] (GPT-2's) frames rows with what it has: no leading token
-without [CLS]; without [SEP], its [EOS] closes each text (`A [EOS] B [EOS]`, as a causal model
-read documents), and without either nothing does.
+Training reads packed documents that each end with [EOS]; sentence-pair objectives (NSP) and
+fine-tuning read `[CLS] A [SEP] B [SEP]` rows. A tokenizer without [CLS] or [SEP] (GPT-2's)
+frames rows with what it has: no leading token without [CLS]; without [SEP], its [EOS] closes
+each text (`A [EOS] B [EOS]`, as a causal model read documents), and without either nothing
+does; a document without [EOS] (BERT's) is its ids alone.
 
 Words are encoded as one text joined by spaces, as the tokenizer saw text in pre-training, and
 each piece is given the word its characters fall in; encoding words one by one would lose a
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer, pre_tokenizers
 
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.objectives.traits import Framing
 
 # The most tokens a pair's row spends on [CLS] and [SEP]s.
 PAIR_OVERHEAD = 3
@@ -58,6 +63,15 @@ def closing_ids(special: SpecialTokens) -> list[int]:
     return special.present("sep") or special.present("eos")
 
 
+def frame_tokens(special: SpecialTokens, framing: Framing) -> tuple[list[int], list[int]]:
+    """The tokens before and after one text as training framed it, those the tokenizer has:
+    `[CLS] text [SEP]` for sentence-pair rows (and fine-tuning's), `text [EOS]` for packed
+    documents."""
+    if framing == "pair":
+        return special.present("cls"), closing_ids(special)
+    return [], special.present("eos")
+
+
 def padding_apart(special: SpecialTokens) -> int:
     """A padding id that no row ends with, by which a model that takes a row's last token to
     be its last one that is not padding (Hugging Face's GPT-2 and Llama sequence classes)
@@ -93,12 +107,12 @@ class Encoder:
     @property
     def leader(self) -> list[int]:
         """The token before the first text: [CLS], or none."""
-        return self.special.present("cls")
+        return frame_tokens(self.special, "pair")[0]
 
     @property
     def ender(self) -> list[int]:
         """The token closing each text: [SEP], else [EOS], else none."""
-        return closing_ids(self.special)
+        return frame_tokens(self.special, "pair")[1]
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

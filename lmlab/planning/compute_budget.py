@@ -1,4 +1,5 @@
-"""A plan's budget: training minutes on this machine, FLOPs, or tokens; exactly one."""
+"""The compute a plan sizes a run for: training minutes on this machine, FLOPs, or tokens;
+exactly one (a run's own stopping budget is lmlab.config.budget's Budget)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from lmlab.config.budget import parse_count
 
 
 @dataclass(frozen=True)
-class Budget:
+class ComputeBudget:
     kind: Literal["minutes", "flops", "tokens"]
     amount: float
 
     @classmethod
     def read(cls, minutes: float | None, flops: float | str | None,
-             tokens: int | str | None) -> Budget:
+             tokens: int | str | None) -> ComputeBudget:
         """Exactly one of the three; tokens may be written 20M, FLOPs 1e18."""
         given = {kind: value for kind, value in
                  (("minutes", minutes), ("flops", flops), ("tokens", tokens)) if value is not None}

@@ -1,1 +1,0 @@
-"""Reports: plots and comparisons people look at."""
