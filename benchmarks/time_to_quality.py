@@ -85,6 +85,7 @@ CANDIDATES = {
     "zero-init projections": Recipe(overrides={"zero_init_projections": True}),
     "untied head": Recipe(overrides={"tie_embeddings": False}),
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
+    "unet skips": Recipe(overrides={"unet_skips": True}),
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
     "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),

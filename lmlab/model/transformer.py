@@ -59,6 +59,11 @@ class Transformer(nn.Module):
         self.final_norm = nn.Identity() if post else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        # U-net skips (modded-nanogpt, Jordan et al. 2024): the stream after block i of the
+        # first half joins the input of block n_layers-1-i, times a learnt weight that starts
+        # at 1, as there; with an odd count the middle block has no partner.
+        self.skip_weights = (nn.Parameter(torch.ones(cfg.n_layers // 2))
+                             if cfg.unet_skips else None)
         # Recompute each block's activations in the backward pass instead of keeping them:
         # memory for a longer context or a bigger batch, paid with about one more forward.
         self.checkpoint_blocks = False
@@ -85,14 +90,26 @@ class Transformer(nn.Module):
             x = x + self.token_type_embedding(types)
         x = self.dropout(self.embedding_norm(x))
         rotary = self.rotary(positions) if self.rotary is not None else None
+        x = self._blocks(x, mask, rotary, cache, keep)
+        if cache is not None:
+            cache.advance(length)
+        return self.final_norm(x)
+
+    def _blocks(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None,
+                keep: Tensor | None) -> Tensor:
+        """(B, T, d) through every block; the last computes only the `keep` rows."""
         recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         last = len(self.blocks) - 1
+        skips = 0 if self.skip_weights is None else len(self.skip_weights)
+        saved = []  # the stream after each of the first `skips` blocks
         for index, block in enumerate(self.blocks):
+            if last - index < skips:  # partner of block last - index, saved last in, first out
+                x = x + self.skip_weights[last - index] * saved.pop()
             rows = keep if index == last else None
             if recompute:
                 x = checkpoint(block, x, mask, rotary, cache, rows, use_reentrant=False)
             else:
                 x = block(x, mask, rotary, cache, rows)
-        if cache is not None:
-            cache.advance(length)
-        return self.final_norm(x)
+            if index < skips:
+                saved.append(x)
+        return x
