@@ -17,7 +17,7 @@ WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", 
                       "eval_batches", "checkpoint_every", "keep_last", "patience", "compile",
                       "activation_checkpointing", "max_nonfinite_steps", "report_to"})
 # Fields added after runs were saved without them, and what such a run trained with.
-SAVED_BEFORE = {"embedding_lr_scale": 1.0}
+SAVED_BEFORE = {"embedding_lr_scale": 1.0, "muon_momentum_warmup_steps": 0}
 
 
 def resumed_config(opening: Opening, config: RunConfig,
