@@ -86,6 +86,7 @@ CANDIDATES = {
     "untied head": Recipe(overrides={"tie_embeddings": False}),
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
     "unet skips": Recipe(overrides={"unet_skips": True}),
+    "value embeddings": Recipe(overrides={"value_embeddings": 2}),  # every layer of a mini
     # modded-nanogpt warms Muon's momentum up over 300 of its ~1,750 steps; a run here takes
     # 70-100 steps, so about the same share. With Muon, which the plain baseline lacks: compare
     # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).
