@@ -98,6 +98,7 @@ CANDIDATES = {
     "embedding lr x30": Recipe(("--embedding-lr-scale", "30")),
     "mask 30%": Recipe(("--mlm-rate", "0.3")),
     "mask 30%→15%": Recipe(("--mlm-rate-start", "0.3", "--mlm-rate", "0.15")),
+    "mask-rate schedule": Recipe(("--mlm-rate-schedule", "30,15,5")),  # mmBERT's, in thirds
     # the defaults' simpler options, each against --on-defaults: a default stays only if
     # taking it away costs
     "adamw": Recipe(("--optimizer", "adamw")),
@@ -106,7 +107,7 @@ CANDIDATES = {
     "tied head": Recipe(overrides={"tie_embeddings": True}),
     "bert family": Recipe(("--model", "bert-mini")),
 }
-MASKED_ONLY = ("mask 30%", "mask 30%→15%", "bert family")
+MASKED_ONLY = ("mask 30%", "mask 30%→15%", "mask-rate schedule", "bert family")
 SIMPLER = ("adamw", "cosine schedule", "embedding lr x1", "tied head", "bert family")
 
 
