@@ -85,12 +85,20 @@ CANDIDATES = {
     "zero-init projections": Recipe(overrides={"zero_init_projections": True}),
     "untied head": Recipe(overrides={"tie_embeddings": False}),
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
+    "unet skips": Recipe(overrides={"unet_skips": True}),
+    "value embeddings": Recipe(overrides={"value_embeddings": 2}),  # every layer of a mini
+    # modded-nanogpt warms Muon's momentum up over 300 of its ~1,750 steps; a run here takes
+    # 70-100 steps, so about the same share. With Muon, which the plain baseline lacks: compare
+    # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).
+    "muon momentum warm-up": Recipe(("--optimizer", "muon",
+                                     "--muon-momentum-warmup-steps", "15")),
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
     "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),
     "embedding lr x30": Recipe(("--embedding-lr-scale", "30")),
     "mask 30%": Recipe(("--mlm-rate", "0.3")),
     "mask 30%→15%": Recipe(("--mlm-rate-start", "0.3", "--mlm-rate", "0.15")),
+    "mask-rate schedule": Recipe(("--mlm-rate-schedule", "30,15,5")),  # mmBERT's, in thirds
     # the defaults' simpler options, each against --on-defaults: a default stays only if
     # taking it away costs
     "adamw": Recipe(("--optimizer", "adamw")),
@@ -99,7 +107,7 @@ CANDIDATES = {
     "tied head": Recipe(overrides={"tie_embeddings": True}),
     "bert family": Recipe(("--model", "bert-mini")),
 }
-MASKED_ONLY = ("mask 30%", "mask 30%→15%", "bert family")
+MASKED_ONLY = ("mask 30%", "mask 30%→15%", "mask-rate schedule", "bert family")
 SIMPLER = ("adamw", "cosine schedule", "embedding lr x1", "tied head", "bert family")
 
 

@@ -37,9 +37,11 @@ def logits_and_gradients(model, ids, mask, at, sparse: bool):
 
 @pytest.mark.parametrize("family, head", [("bert", "mlm"), ("gpt2", "lm"), ("modern", "lm")])
 @pytest.mark.parametrize("recompute", [False, True])
-def test_the_last_block_at_chosen_rows_equals_the_full_model(family, head, recompute):
+@pytest.mark.parametrize("switches", [{}, dict(unet_skips=True, value_embeddings=1)])
+def test_the_last_block_at_chosen_rows_equals_the_full_model(family, head, recompute, switches):
     torch.manual_seed(0)
-    model = LanguageModel(preset(f"{family}-tiny", VOCAB, LENGTH, dropout=0.0), heads=(head,))
+    model = LanguageModel(preset(f"{family}-tiny", VOCAB, LENGTH, dropout=0.0, **switches),
+                          heads=(head,))
     model.backbone.checkpoint_blocks = recompute
     ids = torch.randint(10, VOCAB, (3, LENGTH))
     at = torch.tensor([0, 5, 11, 23, 30, 47, 50, 71])  # across rows and documents

@@ -22,7 +22,8 @@ SIZE_OVERRIDES = ("n_kv_heads", "head_size", "ffn_size")
 # Fields that runs saved before they existed did not write: `to_dict` leaves them out at their
 # defaults, so that such a run still compares equal to its own configuration on resuming.
 LATER_FIELDS = (*SIZE_OVERRIDES, "qk_norm", "logit_softcap", "zero_init_projections",
-                "embedding_norm", "head_transform")
+                "embedding_norm", "head_transform", "unet_skips",
+                "value_embeddings")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class ModelConfig:
     qk_norm: bool = False  # RMS-normalise each head's queries and keys before attending
     logit_softcap: float = 0.0  # > 0: vocabulary logits become cap·tanh(logits / cap)
     zero_init_projections: bool = False  # residual-branch outputs start at zero
+    # the stream after block i < n_layers // 2 joins the input of block n_layers-1-i, scaled by
+    # a learnt weight per skip (a U-net over depth)
+    unet_skips: bool = False
+    # tables of value embeddings: table j is added to the attention values of layers j and
+    # n_layers-1-j, times a learnt scalar per layer (at most n_layers // 2 tables)
+    value_embeddings: int = 0
     # ModernBERT's layout (Warner et al. 2024): the embeddings normalised once, so a pre-norm
     # model's first block reads them without an attention norm of its own; and task heads
     # (classify, tag, span) reading through a dense → GELU → norm transform, as its MLM head
@@ -83,6 +90,11 @@ class ModelConfig:
         if not (math.isfinite(self.logit_softcap) and self.logit_softcap >= 0):
             raise ValueError(f"logit_softcap must be 0 (off) or positive, got "
                              f"{self.logit_softcap}")
+        if self.unet_skips and self.n_layers < 2:
+            raise ValueError(f"unet_skips needs at least 2 layers, got n_layers={self.n_layers}")
+        if not 0 <= self.value_embeddings <= self.n_layers // 2:
+            raise ValueError(f"value_embeddings must be between 0 and n_layers // 2 = "
+                             f"{self.n_layers // 2}, got {self.value_embeddings}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 

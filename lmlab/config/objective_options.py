@@ -14,6 +14,10 @@ class ObjectiveOptions:
     mlm_rate_start: float | None = documented(
         None, "start the masking rate here and move it linearly to --mlm-rate over the run "
         "(e.g. 0.30)")
+    mlm_rate_schedule: str | None = documented(
+        None, "masking rates in percent held in turn over equal shares of the run, e.g. "
+        "30,15,5 (mmBERT): 30% for the first third, 15% the second, 5% the last, in place "
+        "of --mlm-rate; validation masks 15% still")
     mask_prob: float = documented(0.8, "share of selected tokens replaced by [MASK]")
     random_prob: float = documented(0.1, "share of selected tokens replaced by a random "
                                          "token (the rest stay as they are)")
@@ -40,3 +44,20 @@ class ObjectiveOptions:
         for name in ("mlm_rate", "mask_prob", "random_prob", "span_noise_density"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.mlm_rate_schedule is not None and self.mlm_rate_start is not None:
+            raise ValueError("give --mlm-rate-schedule or --mlm-rate-start, not both")
+        self.mlm_rates  # noqa: B018 — checked as it is read
+
+    @property
+    def mlm_rates(self) -> tuple[float, ...] | None:
+        """--mlm-rate-schedule as fractions: "30,15,5" → (0.30, 0.15, 0.05); None if unset."""
+        if self.mlm_rate_schedule is None:
+            return None
+        try:
+            percents = [float(part) for part in self.mlm_rate_schedule.split(",")]
+        except ValueError:
+            percents = []
+        if not percents or not all(1 <= percent <= 100 for percent in percents):
+            raise ValueError(f"mlm_rate_schedule: give masking rates in percent from 1 to 100, "
+                             f"comma-separated (e.g. 30,15,5), got {self.mlm_rate_schedule!r}")
+        return tuple(percent / 100 for percent in percents)

@@ -65,6 +65,9 @@ class LoopConfig:
                                                 "most 1000 steps")
     lr_floor: float = documented(0.1, "final learning rate as a fraction of the peak")
     optimizer: Optimizer = documented("adamw", OPTIMIZER_HELP)
+    muon_momentum_warmup_steps: int = documented(
+        0, "with --optimizer muon: its momentum rises linearly from 0.85 to 0.95 over this "
+           "many steps (modded-nanogpt); 0 = 0.95 throughout")
     weight_decay: float = documented(0.1, "weight decay (not on norms, biases, embeddings)")
     embedding_lr_scale: float | None = documented(
         None, "the embeddings' learning rate as a multiple of --lr; none = 1")
@@ -110,6 +113,9 @@ class LoopConfig:
         scale = self.embedding_lr_scale
         if scale is not None and (not math.isfinite(scale) or scale <= 0):
             raise ValueError(f"embedding_lr_scale must be a positive number, got {scale}")
+        if self.muon_momentum_warmup_steps < 0:
+            raise ValueError(f"muon_momentum_warmup_steps must be 0 or more, got "
+                             f"{self.muon_momentum_warmup_steps}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be 0 or more, got {self.warmup_steps}")
         trackers_named(self.report_to)  # their packages: lmlab.extras.require_trackers, once
@@ -127,6 +133,10 @@ class LoopConfig:
         """The config a run trains with, as config.json records it: the precision, compile and
         optimizer resolved where the run's device and objective are known (lmlab/train/
         setup.py), and the learning rate and the embeddings' multiple of it as numbers."""
+        if self.muon_momentum_warmup_steps and optimizer != "muon":
+            raise ValueError(f"--muon-momentum-warmup-steps warms up Muon's momentum, but the "
+                             f"run trains with {optimizer}: add --optimizer muon, or leave it "
+                             "out")
         scale = self.embedding_lr_scale
         return replace(self, precision=precision, compile=compile, optimizer=optimizer,
                        lr=self._lr_default() if self.lr is None else self.lr,

@@ -27,6 +27,9 @@ def cut_from(teacher: LanguageModel, keep: int, heads: HeadsFor) -> LanguageMode
     """A student of the teacher's shape with `keep` of its layers (`kept_layers`): the
     embeddings, those blocks, the final norm and the heads it has carry the teacher's weights
     exactly."""
+    if teacher.cfg.unet_skips or teacher.cfg.value_embeddings:  # both pair layers by depth
+        raise ValueError("--layers cuts models without U-net skips or value embeddings "
+                         "only; distill into a --student preset instead")
     layers = kept_layers(teacher.cfg.n_layers, keep)
     cfg = teacher.cfg.with_changes(n_layers=keep)
     student = LanguageModel(cfg, heads=heads(cfg))

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 # (key/value heads and head width only where the family has them). A switch a family leaves
 # out must stay at ModelConfig's default (the recipe switches: no HF family has them).
 _ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias",
-                          "qk_norm", "logit_softcap", "embedding_norm", "head_transform")
+                          "qk_norm", "logit_softcap", "embedding_norm", "head_transform",
+                          "unet_skips", "value_embeddings")
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 

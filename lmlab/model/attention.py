@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from lmlab.config import ModelConfig
 from lmlab.kernels.attention import attend
 from lmlab.kernels.linear import Linear
-from lmlab.model.layers import apply_rotary, gather_rows
+from lmlab.model.layers import apply_rotary, gather_rows, value_table
 from lmlab.model.masks import MaskSpec
 
 
@@ -58,11 +58,17 @@ class SelfAttention(nn.Module):
         # learning rate stays stable. One learned scale per head dimension, shared by heads.
         self.qk_norms = (nn.ModuleList(nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps)
                                        for _ in "qk") if cfg.qk_norm else None)
+        # Value embeddings (modded-nanogpt): a token table of their own added to the values,
+        # times a learnt scalar that starts at 0.5, modded-nanogpt's weight for them.
+        self.value_scale = (nn.Parameter(torch.tensor(0.5))
+                            if value_table(cfg, layer_index) is not None else None)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary: tuple[Tensor, Tensor] | None,
-                cache: KVCache | None = None, keep: Tensor | None = None) -> Tensor:
+                cache: KVCache | None = None, keep: Tensor | None = None,
+                values: Tensor | None = None) -> Tensor:
         """(B, T, d) → (B, T, d); with `keep` (flat positions) → (N, d) at those positions
-        only, after attention, which reads every position's keys and values."""
+        only, after attention, which reads every position's keys and values. `values`:
+        the layer's value embeddings, (B, T, kvh·hs), when it reads a table."""
         batch, length, _ = x.shape
         # The heads of q, k and v side by side, split before the heads move ahead of T into
         # (B, heads, T, d) views: split after, backward would copy the joined gradients once
@@ -75,6 +81,9 @@ class SelfAttention(nn.Module):
             q, k = self.qk_norms[0](q), self.qk_norms[1](k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if self.value_scale is not None:  # v + λ·ve, each token's own vector
+            v = v + self.value_scale * values.view(  # (B, T, kvh·hs) → (B, kvh, T, hs)
+                batch, length, -1, self.head_dim).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(self.layer_index, k, v)  # (B, kvh, S, hs): the cached and new
         y = attend(q, k, v, mask, self.dropout if self.training else 0.0)

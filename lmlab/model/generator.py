@@ -24,7 +24,9 @@ def generator_config(cfg: ModelConfig, size: str) -> ModelConfig:
         raise ValueError(f"generator size {size!r} is not one of {', '.join(GENERATOR_SIZES)}")
     what, _, divisor = size.partition("/")
     if what == "depth":
-        return cfg.with_changes(n_layers=max(1, cfg.n_layers // int(divisor)))
+        layers = max(1, cfg.n_layers // int(divisor))  # the switches its depth allows
+        return cfg.with_changes(n_layers=layers, unet_skips=cfg.unet_skips and layers > 1,
+                                value_embeddings=min(cfg.value_embeddings, layers // 2))
     heads = max(1, cfg.n_heads // int(divisor))
     width = max(cfg.d_model // int(divisor), heads * 2)  # an even head size for rotary
     return cfg.with_changes(d_model=width, n_heads=heads, n_kv_heads=None, head_size=None,

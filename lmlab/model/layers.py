@@ -16,6 +16,13 @@ def gather_rows(hidden: Tensor, at: Tensor | None) -> Tensor:
     return hidden if at is None else hidden.reshape(-1, hidden.shape[-1])[at]
 
 
+def value_table(cfg: ModelConfig, layer: int) -> int | None:
+    """The value-embedding table layer `layer` reads: table j feeds layers j and
+    n_layers-1-j (modded-nanogpt: the first and last layers share a table), or None."""
+    table = min(layer, cfg.n_layers - 1 - layer)
+    return table if table < cfg.value_embeddings else None
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)

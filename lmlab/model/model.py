@@ -106,5 +106,6 @@ class LanguageModel(nn.Module):
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
         if not include_embeddings:
-            total -= sum(p.numel() for p in self.backbone.token_embedding.parameters())
+            tables = (self.backbone.token_embedding, self.backbone.value_embeddings)
+            total -= sum(p.numel() for table in tables for p in table.parameters())
         return total

@@ -8,7 +8,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache, SelfAttention
-from lmlab.model.layers import MLP, Rotary, gather_rows, make_norm
+from lmlab.model.layers import MLP, Rotary, gather_rows, make_norm, value_table
 from lmlab.model.masks import MaskSpec
 
 
@@ -26,16 +26,17 @@ class Block(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None,
-                keep: Tensor | None = None) -> Tensor:
+                keep: Tensor | None = None, values: Tensor | None = None) -> Tensor:
         """(B, T, d) → (B, T, d); with `keep` (flat positions), (N, d) at those positions:
-        everything after attention runs on them alone."""
+        everything after attention runs on them alone. `values`: the attention's value
+        embeddings, when it reads a table."""
         if self.pre_norm:  # GPT-2, LLaMA: normalise the branch input, keep the stream raw
             x = gather_rows(x, keep) + self.dropout(
-                self.attn(self.attn_norm(x), mask, rotary, cache, keep))
+                self.attn(self.attn_norm(x), mask, rotary, cache, keep, values))
             return x + self.dropout(self.mlp(self.mlp_norm(x)))
         # BERT: normalise the stream after each residual sum
         x = self.attn_norm(gather_rows(x, keep) + self.dropout(
-            self.attn(x, mask, rotary, cache, keep)))
+            self.attn(x, mask, rotary, cache, keep, values)))
         return self.mlp_norm(x + self.dropout(self.mlp(x)))
 
 
@@ -59,6 +60,16 @@ class Transformer(nn.Module):
         self.final_norm = nn.Identity() if post else make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        # U-net skips (modded-nanogpt, Jordan et al. 2024): the stream after block i of the
+        # first half joins the input of block n_layers-1-i, times a learnt weight that starts
+        # at 1, as there; with an odd count the middle block has no partner.
+        self.skip_weights = (nn.Parameter(torch.ones(cfg.n_layers // 2))
+                             if cfg.unet_skips else None)
+        # Value embeddings (modded-nanogpt): token tables whose vectors join the attention values
+        # of layers j and n_layers-1-j (lmlab.model.layers.value_table), at the values' width.
+        self.value_embeddings = nn.ModuleList(
+            nn.Embedding(cfg.vocab_size, cfg.kv_heads * cfg.head_dim)
+            for _ in range(cfg.value_embeddings))
         # Recompute each block's activations in the backward pass instead of keeping them:
         # memory for a longer context or a bigger batch, paid with about one more forward.
         self.checkpoint_blocks = False
@@ -85,14 +96,30 @@ class Transformer(nn.Module):
             x = x + self.token_type_embedding(types)
         x = self.dropout(self.embedding_norm(x))
         rotary = self.rotary(positions) if self.rotary is not None else None
-        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
-        last = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
-            rows = keep if index == last else None
-            if recompute:
-                x = checkpoint(block, x, mask, rotary, cache, rows, use_reentrant=False)
-            else:
-                x = block(x, mask, rotary, cache, rows)
+        tables = [table(input_ids) for table in self.value_embeddings]  # each (B, T, kvh·hs)
+        x = self._blocks(x, mask, rotary, cache, keep, tables)
         if cache is not None:
             cache.advance(length)
         return self.final_norm(x)
+
+    def _blocks(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None,
+                keep: Tensor | None, tables: list[Tensor]) -> Tensor:
+        """(B, T, d) through every block, each reading its value-embedding table, if any, of
+        `tables`; the last computes only the `keep` rows."""
+        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
+        last = len(self.blocks) - 1
+        skips = 0 if self.skip_weights is None else len(self.skip_weights)
+        saved = []  # the stream after each of the first `skips` blocks
+        for index, block in enumerate(self.blocks):
+            if last - index < skips:  # partner of block last - index, saved last in, first out
+                x = x + self.skip_weights[last - index] * saved.pop()
+            rows = keep if index == last else None
+            table = value_table(self.cfg, index)
+            values = tables[table] if table is not None else None
+            if recompute:
+                x = checkpoint(block, x, mask, rotary, cache, rows, values, use_reentrant=False)
+            else:
+                x = block(x, mask, rotary, cache, rows, values)
+            if index < skips:
+                saved.append(x)
+        return x

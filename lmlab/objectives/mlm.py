@@ -41,6 +41,33 @@ class LinearRate:
         return self.start + (self.end - self.start) * progress
 
 
+@dataclass(frozen=True)
+class StagedRate:
+    """Masking rates held in turn over equal shares of `steps`, e.g. StagedRate((0.30, 0.15,
+    0.05)): 30% of tokens in the first third, 15% in the second, 5% in the last, as mmBERT
+    (Marone et al. 2025) lowers its rate from pre-training to mid-training to decay (there in
+    stages of unequal length). `steps=None`: over the whole run, as LinearRate."""
+
+    rates: tuple[float, ...]
+    steps: int | None = None
+
+    def __call__(self, step: int) -> float:
+        if self.steps is None:
+            return self.rates[0]
+        stage = min(max(step, 0) * len(self.rates) // max(self.steps, 1), len(self.rates) - 1)
+        return self.rates[stage]
+
+
+RATE_SCHEDULES = (LinearRate, StagedRate)
+
+
+def _schedule_rates(rate: float | LinearRate | StagedRate) -> tuple[float, ...]:
+    """Every rate a schedule takes for long: its ends, its stages, or the one rate."""
+    if isinstance(rate, LinearRate):
+        return rate.start, rate.end
+    return rate.rates if isinstance(rate, StagedRate) else (rate,)
+
+
 class MaskedLM(Objective):
     """Select `rate` of the ordinary tokens, corrupt them 80/10/10, predict the originals.
 
@@ -52,14 +79,15 @@ class MaskedLM(Objective):
 
     Options: `selection="exact"` selects exactly round(rate × eligible) per row; `whole_word`
     selects whole words, using a per-vocabulary `word_start_table`; `rate` may be a LinearRate
-    schedule; `next_token` (GPT-BERT, Charpentier & Samuel 2024) predicts each masked token at
-    the position before it, so the same head and shift serve masked and causal rows.
+    or StagedRate schedule; `next_token` (GPT-BERT, Charpentier & Samuel 2024) predicts each
+    masked token at the position before it, so the same head and shift serve masked and
+    causal rows.
     """
 
     name = "mlm"
     predicts_at_targets = True
 
-    def __init__(self, special: SpecialTokens, rate: float | LinearRate = 0.15,
+    def __init__(self, special: SpecialTokens, rate: float | LinearRate | StagedRate = 0.15,
                  mask_prob: float = 0.8, random_prob: float = 0.1,
                  selection: Literal["bernoulli", "exact"] = "bernoulli",
                  whole_word: bool = False, word_start_table: Tensor | None = None,
@@ -95,11 +123,10 @@ class MaskedLM(Objective):
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         """The masking rate, for a schedule its mean over the schedule (the run's mean where it
-        spans the run, as `--mlm-rate-start` does); the few special tokens (never selected)
-        are not discounted."""
-        if isinstance(self.rate, LinearRate):
-            return (self.rate.start + self.rate.end) / 2
-        return self.rate
+        spans the run, as `--mlm-rate-start` and `--mlm-rate-schedule` do); the few special
+        tokens (never selected) are not discounted."""
+        rates = _schedule_rates(self.rate)
+        return sum(rates) / len(rates)
 
     def target_bound(self, rows: int, seq_len: int) -> int:
         """The expected count at the highest rate plus 8 standard deviations of a binomial
@@ -108,13 +135,11 @@ class MaskedLM(Objective):
         positions = rows * seq_len
         if self.whole_word:
             return positions
-        rates = (self.rate.start, self.rate.end) if isinstance(self.rate, LinearRate) \
-            else (self.rate,)
-        mean = positions * max(rates)
+        mean = positions * max(_schedule_rates(self.rate))
         return min(positions, math.ceil((mean + 8 * math.sqrt(mean) + 1) / 64) * 64)
 
     def for_run(self, total_steps: int) -> MaskedLM:
-        if not isinstance(self.rate, LinearRate) or self.rate.steps is not None:
+        if not isinstance(self.rate, RATE_SCHEDULES) or self.rate.steps is not None:
             return self
         fixed = copy.copy(self)
         fixed.rate = replace(self.rate, steps=total_steps)

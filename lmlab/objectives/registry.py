@@ -17,7 +17,7 @@ from lmlab.extras import require_trackers
 from lmlab.objectives.base import Objective
 from lmlab.objectives.clm import CausalLM
 from lmlab.objectives.mixture import Alternating, Mixture
-from lmlab.objectives.mlm import LinearRate, MaskedLM
+from lmlab.objectives.mlm import LinearRate, MaskedLM, StagedRate
 from lmlab.objectives.nsp import MaskedLMWithNSP
 from lmlab.objectives.prefix_lm import PrefixLM
 from lmlab.objectives.rtd import ReplacedTokenDetection
@@ -29,6 +29,8 @@ def _masked(special, options, word_starts, total_steps, next_token=False) -> Mas
     rate = options.mlm_rate
     if options.mlm_rate_start is not None:
         rate = LinearRate(options.mlm_rate_start, options.mlm_rate, total_steps)
+    if options.mlm_rates is not None:
+        rate = StagedRate(options.mlm_rates, total_steps)
     return MaskedLM(special, rate=rate, mask_prob=options.mask_prob,
                     random_prob=options.random_prob, selection=options.mlm_selection,
                     whole_word=options.whole_word, word_start_table=word_starts,

@@ -4,9 +4,10 @@ config.json then records each change with the checkpoint it took effect at."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from lmlab.config.budget import BUDGETS
+from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.training import muon_runs_with
 from lmlab.runs.layout import RunDirError
 from lmlab.runs.opening import Opening
@@ -16,8 +17,9 @@ from lmlab.runs.schema import Resume, RunConfig
 WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", "eval_every",
                       "eval_batches", "checkpoint_every", "keep_last", "patience", "compile",
                       "activation_checkpointing", "max_nonfinite_steps", "report_to"})
-# Fields added after runs were saved without them, and what such a run trained with.
-SAVED_BEFORE = {"embedding_lr_scale": 1.0}
+# Fields added after runs were saved without them, and what such a run trained with (objective
+# options added since: their defaults, _options_filled).
+SAVED_BEFORE = {"embedding_lr_scale": 1.0, "muon_momentum_warmup_steps": 0}
 
 
 def resumed_config(opening: Opening, config: RunConfig,
@@ -29,7 +31,7 @@ def resumed_config(opening: Opening, config: RunConfig,
     out, saved = opening.out, opening.saved
     filled = {name: value for name, value in SAVED_BEFORE.items()
               if saved.train.get(name) is None and config.train.get(name) is not None}
-    saved = replace(saved, train={**saved.train, **filled,
+    saved = replace(saved, train={**saved.train, **filled, **_options_filled(saved.train),
                                   "optimizer": trained_optimizer(saved.train)})
     asked = dict(config.train)
     if not any(asked.get(name) is not None for name in budgets):
@@ -50,6 +52,15 @@ def resumed_config(opening: Opening, config: RunConfig,
         newest = opening.checkpoint
         history = (*history, Resume(newest.name if newest else None, changed))
     return replace(config, train=asked, resumes=history)
+
+
+def _options_filled(saved: dict) -> dict:
+    """The saved objective options with those added since at their defaults, which the run
+    trained with (nothing when the run grouped no options)."""
+    options = saved.get("objective_options")
+    if not isinstance(options, dict):
+        return {}
+    return {"objective_options": {**asdict(ObjectiveOptions()), **options}}
 
 
 def trained_optimizer(saved: dict) -> str | None:

@@ -28,7 +28,7 @@ from lmlab.train import distributed
 from lmlab.train.checkpoint import LoopState, prune_checkpoints, save_checkpoint
 from lmlab.train.deadline import DEADLINE_LOG_POINTS, Deadline
 from lmlab.train.head_warmup import HeadWarmup
-from lmlab.train.optim import set_lr
+from lmlab.train.optim import muon_momentum, set_lr, set_muon_momentum
 from lmlab.train.pace import Pace, Throughput
 from lmlab.train.reporting import MetricsLog, ProgressBar
 from lmlab.train.schedule import Schedule
@@ -175,6 +175,7 @@ def _step(t: Training, compute_loss, generator: torch.Generator, skipped: Skippe
         t.head_warmup.at(state.step)
     lr = t.cfg.lr * t.schedule(state.step)
     set_lr(t.optimizer, lr)
+    set_muon_momentum(t.optimizer, muon_momentum(state.step, t.cfg.muon_momentum_warmup_steps))
     generator.manual_seed(step_seed(t.cfg.seed, t.env.rank, state.step))
     torch.manual_seed(step_seed(t.cfg.seed, t.env.rank, state.step) + 1)  # dropout
     micro_batches = t.data.micro_batches(state.step, generator)

@@ -45,6 +45,27 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
             if p.ndim == 2 and p.requires_grad]
 
 
+MUON_MOMENTUM = 0.95  # torch's default, and modded-nanogpt's after its warm-up
+MUON_MOMENTUM_START = 0.85  # where modded-nanogpt's momentum warm-up starts
+
+
+def muon_momentum(step: int, warmup_steps: int) -> float:
+    """Muon's momentum for the update at `step` (0-based): from 0.85 up to 0.95 in a straight
+    line over `warmup_steps`, then 0.95, as modded-nanogpt warms it up (over its first 300
+    steps); a lower momentum averages fewer of the early, fast-changing gradients."""
+    if step >= warmup_steps:
+        return MUON_MOMENTUM
+    return MUON_MOMENTUM_START + (MUON_MOMENTUM - MUON_MOMENTUM_START) * step / warmup_steps
+
+
+def set_muon_momentum(optimizer, momentum: float) -> None:
+    """`momentum` into every group of the optimizer's Muon part; none: nothing to do."""
+    for part in getattr(optimizer, "parts", (optimizer,)):
+        if isinstance(part, Muon):
+            for group in part.param_groups:
+                group["momentum"] = momentum
+
+
 class Optimizers:
     """Several optimizers over disjoint parameters, stepped, cleared and saved as one. The
     loop sets each group's learning rate, so every part reads the same schedule."""
@@ -93,7 +114,7 @@ class Muon(torch.optim.Muon):
     reads_found_inf = True
 
     def __init__(self, params, lr: float, weight_decay: float) -> None:
-        super().__init__(params, lr=lr, weight_decay=weight_decay,
+        super().__init__(params, lr=lr, weight_decay=weight_decay, momentum=MUON_MOMENTUM,
                          adjust_lr_fn="match_rms_adamw")
 
     @torch.no_grad()
