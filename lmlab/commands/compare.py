@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lmlab.commands.parsing import add_command
-from lmlab.compare.design import CLUSTERS, MATCHES
+from lmlab.compare.design import CLUSTERS, MATCHES, CompareConfig
 from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
@@ -58,6 +58,14 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
                         help="timed training steps per size, after one warm-up step (fewer "
                              "where the timing allowance runs out)")
     parser.add_argument("--out", type=Path, help="also write the plan here as JSON")
+    comparison = parser.add_argument_group(
+        "sizing a comparison: with --objectives, the steps a run of `lmlab compare` gets so "
+        "that the whole comparison (training, validation, held-out scoring and probes) fits "
+        "--minutes; --objective, --family and --sizes are then not used")
+    _add_runs_options(comparison, required=False)
+    comparison.add_argument("--model", default="modern-mini",
+                            help="the preset every objective trains from random weights")
+    _add_probe_options(comparison)
 
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
@@ -75,23 +83,28 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                     "OUT/comparison.json. With --init RUN, every objective continues RUN "
                     "instead, and none (RUN as it came) is the control each is judged "
                     "against.")
-    parser.add_argument("--objectives", required=True,
-                        help="comma-separated objective specs, e.g. mlm,clm,mix:clm=1,mlm=15 "
-                             "(give a mixture's weights, so its parts read as one spec); "
-                             "with --init, none is the control")
+    _add_runs_options(parser, required=True)
     parser.add_argument("--budget", required=True,
                         help="per run at the full budget, in the unit of --match: FLOPs "
                              "(1e15), tokens (20M), steps or minutes")
     parser.add_argument("--match", default="flops", choices=MATCHES,
                         help="what is held equal between objectives")
     parser.add_argument("--data", help="a prepared dataset (default: the built-in corpus)")
+    _add_training_options(parser)
+    _add_measure_options(parser)
+    _add_cluster_options(parser)
+
+
+def _add_runs_options(parser, required: bool) -> None:
+    """Which runs a comparison trains, for compare and for a plan of one."""
+    parser.add_argument("--objectives", required=required,
+                        help="comma-separated objective specs, e.g. mlm,clm,mix:clm=1,mlm=15 "
+                             "(give a mixture's weights, so its parts read as one spec); "
+                             "with --init, none is the control")
     parser.add_argument("--fractions", default="1/4,1/2,1",
                         help="budget fractions to run, each a run of its own")
     parser.add_argument("--seeds", type=int, default=3,
                         help="pre-training seeds per objective, paired across objectives")
-    _add_training_options(parser)
-    _add_measure_options(parser)
-    _add_cluster_options(parser)
 
 
 def _add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +133,16 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_measure_options(parser: argparse.ArgumentParser) -> None:
     """How each sub-run is scored."""
+    _add_probe_options(parser)
+    parser.add_argument("--probe-lr", type=float,
+                        help="fine-tuning learning rate (default: lmlab finetune's)")
+    parser.add_argument("--pairs", nargs="+", default=[], metavar="PATH",
+                        help="minimal-pair (BLiMP-format .jsonl) files or directories")
+    parser.add_argument("--out", default="runs/compare", help="the comparison directory")
+
+
+def _add_probe_options(parser) -> None:
+    """The probes and held-out scoring of every run, for compare and for a plan of one."""
     parser.add_argument("--probe", action="append", default=[], dest="probes",
                         metavar="NAME=TASK:TRAIN:VALIDATION[:TEST]",
                         help=f"a fine-tuning probe (task: {', '.join(TASKS)}), "
@@ -129,13 +152,8 @@ def _add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="fine-tuning seeds per probe and pre-trained run")
     parser.add_argument("--probe-epochs", type=float, default=3.0,
                         help="fine-tuning epochs of every probe")
-    parser.add_argument("--probe-lr", type=float,
-                        help="fine-tuning learning rate (default: lmlab finetune's)")
-    parser.add_argument("--pairs", nargs="+", default=[], metavar="PATH",
-                        help="minimal-pair (BLiMP-format .jsonl) files or directories")
     parser.add_argument("--eval-tokens", type=int, default=100_000,
                         help="held-out tokens scored for bits per byte")
-    parser.add_argument("--out", default="runs/compare", help="the comparison directory")
 
 
 def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +174,6 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from lmlab.compare.design import CompareConfig
     from lmlab.compare.lab import compare
 
     options = {name: getattr(args, name) for name in (
@@ -183,10 +200,39 @@ def plan_command(args: argparse.Namespace) -> int:
         keep_freed_memory()  # as pretrain does, so that steps are timed as it will run them
     training = {name: parse_value(name, getattr(args, name), TrainConfig)
                 for name in TRAINING_OPTIONS if getattr(args, name) is not None}
-    result = plan(**training, minutes=args.minutes, flops=args.flops, tokens=args.tokens,
-                  family=args.family, sizes=args.sizes, steps_to_time=args.steps_to_time)
-    print(format_plan(result))
+    if args.objectives:
+        result = _plan_comparison(args, training)
+        print(result.describe())
+    else:
+        result = plan(**training, minutes=args.minutes, flops=args.flops, tokens=args.tokens,
+                      family=args.family, sizes=args.sizes, steps_to_time=args.steps_to_time)
+        print(format_plan(result))
     if args.out:
         write_json(result.to_dict(), args.out)
         print(f"plan written to {args.out}")
     return 0
+
+
+def _plan_comparison(args: argparse.Namespace, training: dict):
+    """`plan --objectives ...`: the comparison's own checks (as `lmlab compare` makes them),
+    then its steps per run for --minutes."""
+    from lmlab.planning.comparison import Probe, plan_comparison
+
+    if args.minutes is None or args.flops or args.tokens:
+        raise ValueError("plan --objectives sizes a comparison for --minutes only")
+    cfg = CompareConfig.of(args.objectives, budget="1", match="steps", init=args.init,
+                           fractions=args.fractions, seeds=args.seeds, probes=args.probes,
+                           probe_seeds=args.probe_seeds, eval_tokens=args.eval_tokens)
+    probes = [Probe(p.name, Path(p.train), Path(p.validation), p.test and Path(p.test))
+              for p in cfg.probes]
+    given = [f"--probe={probe}" for probe in args.probes] + [
+        f"--{name.replace('_', '-')}={getattr(args, name)}"
+        for name in ("probe_seeds", "probe_epochs", "eval_tokens", "data")
+        if getattr(args, name) is not None]
+    return plan_comparison(
+        args.minutes, cfg.objectives, model=args.model, init=args.init, data=args.data,
+        seq_len=training.get("seq_len", TrainConfig.seq_len),
+        batch_size=training.get("batch_size", TrainConfig.batch_size),
+        precision=training.get("precision", TrainConfig.precision), seeds=cfg.seeds,
+        fractions=cfg.fractions, probes=probes, probe_seeds=cfg.probe_seeds,
+        probe_epochs=args.probe_epochs, eval_tokens=cfg.eval_tokens, extra=given)

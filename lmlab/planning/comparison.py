@@ -1,0 +1,193 @@
+"""`lmlab plan --objectives ...`: how many steps each run of an `lmlab compare` gets, so that
+the whole comparison fits a budget in minutes on this machine.
+
+A comparison spends most of a small budget outside training: every run is validated, scored
+on held-out text and fine-tuned on each probe once per probe seed, and the control (`none`,
+with --init) is scored and probed without training at all. So the plan times one training
+step of the model (lmlab.planning.sizing, as a one-run plan does) and one forward pass, and
+prices the rest from their costs per token:
+
+- validation: at the start of a continued run and at its end, on the run's text and, for a
+  continued run, on general text too;
+- held-out scoring: each scored token once under a true likelihood, and under a pseudo
+  likelihood (masked objectives) once per token of its window, each token masked in turn;
+- each probe: its training tokens once per epoch, its validation tokens once per epoch and
+  its test tokens once, per probe seed, the files' tokens counted at the dataset's bytes per
+  token.
+
+What is left after those fixed costs, shared over the runs' steps, gives the steps per run.
+These are estimates from one timed step: the command's own clock is the judge, and the plan
+says how long it thinks each part takes so that a user sees what to trim."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lmlab.config import ModelConfig
+from lmlab.config.presets import preset
+from lmlab.config.training import TrainConfig
+from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.eval.rules import rules_for
+from lmlab.model import LanguageModel
+from lmlab.model.masks import MaskSpec
+from lmlab.objectives.registry import build_objective
+from lmlab.planning.sizing import Plan, plan
+from lmlab.runs.layout import CONFIG, split_init
+from lmlab.runs.schema import read_run_config
+
+CONTROL = "none"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe's files as `lmlab compare --probe` names them, and what its fine-tuning reads."""
+
+    name: str
+    train: Path
+    validation: Path
+    test: Path | None
+
+    def tokens(self, bytes_per_token: float) -> tuple[float, float, float]:
+        """(train, validation, test) tokens, counted from the files' sizes."""
+        return tuple(0.0 if path is None else path.stat().st_size / bytes_per_token
+                     for path in (self.train, self.validation, self.test))
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    minutes: float  # the whole comparison's budget
+    runs: int  # pre-training runs that train (objectives × seeds × fractions)
+    control: bool  # whether `none` is scored and probed besides
+    seconds_per_step: float | None  # one training step, timed (None: no step could run)
+    fixed_minutes: dict[str, float]  # validation, scoring and probes, over every run
+    steps: int  # per run at the full budget (0: the budget holds no step)
+    needed_minutes: float | None  # when no step fits: the fixed costs and one step per run
+    command: str
+    run_plan: Plan  # the one-run plan that timed the step
+
+    def to_dict(self) -> dict:
+        return {**{name: value for name, value in asdict(self).items() if name != "run_plan"},
+                "run_plan": self.run_plan.to_dict()}
+
+    def describe(self) -> str:
+        fixed = ", ".join(f"{name} {value:.1f}" for name, value in self.fixed_minutes.items())
+        lines = [f"a comparison in {self.minutes:g} minutes: {self.runs} training runs"
+                 + (" and the control" if self.control else ""),
+                 f"  outside training (estimated minutes): {fixed}"]
+        if self.seconds_per_step is None:
+            lines.append("  no training step could be timed here: see the run plan's warnings")
+        elif self.steps:
+            lines.append(f"  training: {self.steps} steps a run at {self.seconds_per_step:.2f} s "
+                         f"a step, {self.runs * self.steps * self.seconds_per_step / 60:.1f} "
+                         "minutes in all")
+        else:
+            lines.append(f"  the budget holds no training step: about {self.needed_minutes:.0f} "
+                         "minutes would hold one a run; fewer probe seeds, probes or "
+                         "--eval-tokens cost less")
+        return "\n".join([*lines, "", "run:", f"  {self.command}"])
+
+
+def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "modern-mini",
+                    init: str | None = None, data: str | None = None, seq_len: int,
+                    batch_size: int, precision: str, seeds: int, fractions: Sequence[float],
+                    probes: Sequence[Probe], probe_seeds: int, probe_epochs: float,
+                    eval_tokens: int, eval_batches: int = TrainConfig.eval_batches,
+                    extra: Sequence[str] = ()) -> ComparisonPlan:
+    """Steps per run for `lmlab compare --objectives OBJECTIVES --match steps` to fit
+    `minutes`, every objective training `model` (or continuing `init`); `extra` are compare's
+    further arguments, passed on to its command as given."""
+    trained = [spec for spec in objectives if spec != CONTROL]
+    if not trained:
+        raise ValueError("--objectives: give at least one objective besides none")
+    family, _, size = model.rpartition("-")
+    one_run = plan(trained[0], minutes=minutes, data=data, seq_len=seq_len,
+                   batch_size=batch_size, precision=precision, init=init,
+                   **({} if init else {"family": family, "sizes": [size]}))
+    candidate = one_run.candidates[0]  # the one model every run trains
+    step = candidate.seconds_per_step or candidate.estimated_seconds_per_step
+    runs = len(trained) * seeds * len(fractions)
+    scored = runs + (CONTROL in objectives)
+    fixed = {}
+    if step:
+        dataset = open_or_prepare(data)
+        model_cfg = (read_run_config(split_init(init)[0] / CONFIG).model if init
+                     else preset(model, dataset.special.vocab_size, seq_len))
+        costs = Costs(step / (seq_len * batch_size), forward_seconds_per_token(model_cfg),
+                      dataset, model_cfg.max_seq_len)
+        fixed = {"validation": costs.validation(eval_batches * seq_len * batch_size, init),
+                 "held-out scoring": costs.scoring(trained, eval_tokens),
+                 "probes": sum(costs.probe(probe, probe_epochs) for probe in probes)
+                 * probe_seeds}
+    left = minutes * 60 - scored * sum(fixed.values())
+    step_runs = len(trained) * seeds * sum(fractions)  # each fraction a run of its share
+    steps = max(0, math.floor(left / (step_runs * step))) if step else 0
+    needed = (None if steps or not step
+              else (scored * sum(fixed.values()) + step_runs * step) / 60)
+    command = ["lmlab", "compare", "--objectives", ",".join(objectives),
+               *(["--init", str(init)] if init else ["--model", model]),
+               "--match", "steps", "--budget", str(max(steps, 1)), "--seeds", str(seeds),
+               "--fractions", ",".join(f"{f:g}" for f in fractions),
+               "--seq-len", str(seq_len), "--batch-size", str(batch_size), *extra]
+    return ComparisonPlan(minutes, runs, CONTROL in objectives, step,
+                          {name: scored * seconds / 60 for name, seconds in fixed.items()},
+                          steps, needed, shlex.join(command), one_run)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds a scored run spends outside training, by part, from a training step's cost per
+    token (`per_token`) and a forward pass's (`forward`), on `dataset`, for a model of
+    `context` tokens."""
+
+    per_token: float
+    forward: float
+    dataset: Dataset
+    context: int
+
+    def validation(self, tokens: int, init: str | None) -> float:
+        """At the end; a continued run also at its start, and on general text each time."""
+        return (4 if init else 1) * tokens * self.forward
+
+    def scoring(self, objectives: Sequence[str], eval_tokens: int) -> float:
+        """Each scoring rule of the objectives once: a true likelihood reads each token once,
+        a pseudo likelihood a window (the model's context, or the document if shorter) per
+        token."""
+        rules = {rule.name: rule for spec in objectives for rule in rules_for(
+            build_objective(spec, self.dataset.special, word_starts=self.dataset.word_starts),
+            self.dataset.special)}
+        spans = self.dataset.validation.document_spans()
+        document = float(np.mean(spans[:, 1] - spans[:, 0])) if len(spans) else 1.0
+        window = min(document, self.context)
+        return sum(eval_tokens * self.forward
+                   * (1 if rule.perplexity_name == "perplexity" else window)
+                   for rule in rules.values())
+
+    def probe(self, probe: Probe, epochs: float) -> float:
+        """One fine-tuning of `probe`: its training tokens each epoch, its validation tokens
+        after each epoch, its test tokens once."""
+        train, validate, test = probe.tokens(self.dataset.bytes_per_token)
+        return epochs * train * self.per_token + (math.ceil(epochs) * validate + test) * (
+            self.forward)
+
+
+def forward_seconds_per_token(model_cfg: ModelConfig, rows: int = 16, repeats: int = 3) -> float:
+    """A forward pass's seconds per token through a model of `model_cfg` (its weights do not
+    change the time), the fastest of `repeats` after a warm-up, on rows of up to 128 tokens."""
+    length = min(model_cfg.max_seq_len, 128)
+    model = LanguageModel(model_cfg).eval()
+    ids = torch.randint(model_cfg.vocab_size, (rows, length))  # (rows, length)
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            model(ids, MaskSpec("bidirectional"))
+            times.append(time.perf_counter() - start)
+    return min(times[1:]) / ids.numel()
