@@ -199,3 +199,14 @@ def test_the_control_runs_the_sources_objective_only_with_the_sources_heads(
     cfg = CompareConfig(objectives=("none", "mlm"), budget="10", match="steps",
                         init=str(imported), out=str(tmp_path / "cmp"))
     assert control_objective(cfg, source, run_dataset(imported)) == control
+
+
+def test_the_controls_text_is_scored_only_through_heads_its_source_trained(world, source):  # noqa: F811
+    """A control's head that its source lacks never trained: scoring the held-out text through
+    it would judge every adaptation against an untrained head, so that measure is left out."""
+    from lmlab.compare.measures import HeldOut, text_scores
+
+    run = load_run(source, "last")
+    held_out = HeldOut.of(run, world["data"], 500)
+    assert BITS_PER_BYTE in text_scores(run, held_out, tuple(run.model.heads))
+    assert text_scores(run, held_out, ()) == {}

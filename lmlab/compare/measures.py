@@ -18,7 +18,7 @@ lmlab.tasks.metrics linearises ratios), so paired comparisons can resample items
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,14 +113,16 @@ def _tokens_keeping(dataset: Dataset, documents: int) -> int | None:
     return None
 
 
-def text_scores(run: Run, held_out: HeldOut) -> dict[str, np.ndarray]:
+def text_scores(run: Run, held_out: HeldOut,
+                learned: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """Per held-out document: bits per byte and next-token accuracy under the run's first
-    true likelihood, and pseudo bits per byte under each pseudo-likelihood rule it has."""
+    true likelihood, and pseudo bits per byte under each pseudo-likelihood rule it has; with
+    `learned`, only under rules whose head is one of those (the heads that were trained)."""
     found = {}
     for rule in rules_for(run.objective, run.special):
         likelihood = rule.perplexity_name == "perplexity"
         name = BITS_PER_BYTE if likelihood else pseudo_measure(rule.name)
-        if name in found:
+        if name in found or (learned is not None and rule.head not in learned):
             continue
         scores = score_documents(run.model, rule, held_out.text.documents)
         bits = -scores.log_likelihood / np.log(2)

@@ -34,6 +34,7 @@ from lmlab.finetune.results import ITEM_SCORES, read_item_scores
 from lmlab.objectives.base import Objective
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import PREFIX, list_checkpoints
+from lmlab.runs.layout import split_init
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
 from lmlab.train.loop import TrainingError
@@ -105,8 +106,12 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None
     if not (sub.out / PRETRAINED).is_file():
         _pretrain(sub, cfg, data, ranks)
     run = load_run(sub.out, "last")
+    # The control trained nothing: a head its source lacks is untrained there, and its text
+    # scores say nothing of the source.
+    learned = (tuple(load_run(*split_init(cfg.init)).model.heads)
+               if sub.objective == CONTROL else None)
     scores = {name: values[None] for name, values in
-              text_scores(run, HeldOut.of(run, data, cfg.eval_tokens)).items()}
+              text_scores(run, HeldOut.of(run, data, cfg.eval_tokens), learned).items()}
     if cfg.pairs:
         minimal_pairs, _ = minimal_pair_groups(cfg.pairs)
         scores[MINIMAL_PAIRS] = minimal_pair_scores(run, minimal_pairs)[None]
