@@ -146,9 +146,17 @@ def test_no_steps_with_a_new_head_keep_the_source_as_it_came(source, toy, tmp_pa
 
 
 def test_a_head_warmup_longer_than_the_run_still_runs(source, toy, tmp_path):  # noqa: F811
+    """... and its summary says that only the new heads trained (as when a time budget
+    re-plans a run shorter than its warm-up)."""
+    from lmlab.commands.pretrain_summary import _before_after_lines
+
     out = pretraining.pretrain(TrainConfig(objective="mlm", init=str(source), head_warmup_steps=5,
                                            out=str(tmp_path / "c"), **TINY), toy)
     assert [r["step"] for r in evals(out)] == [0, 2]
+    assert _before_after_lines(out) == [
+        "the run ended at step 2, within its 5-step head warm-up: only its new heads trained, "
+        "the rest of the model is as it came; give it a longer budget (--resume with more "
+        "--steps or --minutes) to adapt the model itself"]
 
 
 def test_the_summary_says_worse_when_the_run_forgot_general_text(tmp_path):

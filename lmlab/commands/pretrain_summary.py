@@ -83,10 +83,23 @@ def _start_and_end(evals: list[dict]) -> tuple[dict, dict, int] | None:
     return start, evals[-1], warmup
 
 
+def _ended_in_head_warmup(evals: list[dict]) -> bool:
+    """Whether a continued run with a head warm-up stopped before the warm-up ended (a time
+    budget re-planned it shorter, or a stop cut it off)."""
+    warmup = int(evals[0].get("head_warmup_steps", 0)) if evals and evals[0]["step"] == 0 else 0
+    return warmup > 0 and evals[-1]["step"] <= warmup
+
+
 def _before_after_lines(out: Path) -> list[str]:
     """For a continued run: each token loss from its start to its end, on its own text and on
     general text (what it forgot), and a warning when it ended worse on its own text."""
-    found = _start_and_end([r for r in read_metrics(out) if r.get("kind") == "eval"])
+    evals = [r for r in read_metrics(out) if r.get("kind") == "eval"]
+    if _ended_in_head_warmup(evals):
+        return [f"the run ended at step {evals[-1]['step']}, within its "
+                f"{evals[0]['head_warmup_steps']}-step head warm-up: only its new heads "
+                "trained, the rest of the model is as it came; give it a longer budget "
+                "(--resume with more --steps or --minutes) to adapt the model itself"]
+    found = _start_and_end(evals)
     if found is None:
         return []
     start, end, warmup = found
