@@ -114,7 +114,8 @@ def prepare(work: Path, data: Path, rows: int, predict_texts: int, threads: int)
     """The training subset, a validation file, the prediction texts and a pre-trained run."""
     from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
-    from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+    from lmlab.data.preparation.tokenizer_training import train_tokenizer
+    from lmlab.data.tokenizer import special_tokens_of
     from lmlab.tasks.framing import Encoder
     from lmlab.train.pretrain import pretrain
 

@@ -37,7 +37,7 @@ CANDIDATES = {
 
 def base_model(work: Path, minutes: float) -> tuple[Path, Path]:
     """The base run and the dataset it learned from (the built-in corpus)."""
-    from lmlab.data.dataset import builtin_dataset_dir
+    from lmlab.data.preparation.entry import builtin_dataset_dir
 
     base = work / "base"
     if not (base / "config.json").is_file():

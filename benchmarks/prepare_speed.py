@@ -60,7 +60,7 @@ def base_documents() -> list[str]:
 
 
 def split_sentences(text: str) -> list[str]:
-    from lmlab.data.sentences import sentence_starts
+    from lmlab.data.preparation.sentences import sentence_starts
 
     cuts = [0, *sentence_starts(text), len(text)]
     return [text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False) if text[a:b].strip()]
@@ -135,7 +135,7 @@ def child(task: str, args: dict) -> dict:
     if task == "raw_encode":
         from tokenizers import Tokenizer
 
-        from lmlab.data.streaming import chunked
+        from lmlab.data.preparation.streaming import chunked
 
         tokenizer = Tokenizer.from_file(args["tokenizer"])
         texts = [json.loads(line)["text"] for line in open(args["corpus"], encoding="utf-8")]
@@ -173,8 +173,8 @@ def child(task: str, args: dict) -> dict:
             batches.batch(index % (batches.batches_per_epoch * 2))
         result = {"seconds": time.perf_counter() - start, "blocks": batches.num_blocks}
     elif task == "near_dedup":
-        from lmlab.data.cleaning import NEAR_DEDUP_BATCH
-        from lmlab.data.near_dedup import NearDedupConfig, NearDeduplicator
+        from lmlab.data.preparation.cleaning import NEAR_DEDUP_BATCH
+        from lmlab.data.preparation.near_dedup import NearDedupConfig, NearDeduplicator
 
         texts = [json.loads(line)["text"] for line in open(args["corpus"], encoding="utf-8")]
         deduplicator = NearDeduplicator(NearDedupConfig())

@@ -43,7 +43,8 @@ def toy_run(root: Path) -> Path:
     """A gpt2-mini clm run with a tokenizer, one training step on a toy text."""
     from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
-    from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+    from lmlab.data.preparation.tokenizer_training import train_tokenizer
+    from lmlab.data.tokenizer import special_tokens_of
     from lmlab.train.pretrain import pretrain
 
     words = "the cat dog sees likes a bird runs home fast good bad".split()

@@ -17,7 +17,7 @@ from lmlab.lazy import lazy_attributes
 from lmlab.version import __version__
 
 __getattr__ = lazy_attributes(__name__, {
-    "ModelConfig": "lmlab.config.model", "prepare": "lmlab.data.preparation",
+    "ModelConfig": "lmlab.config.model", "prepare": "lmlab.data.preparation.entry",
     "evaluate": "lmlab.eval.evaluate", "fine_tune": "lmlab.finetune:finetune",
     "compare_objectives": "lmlab.compare:compare", "KVCache": "lmlab.model",
     "LanguageModel": "lmlab.model", "MaskSpec": "lmlab.model",

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from lmlab.config.presets import preset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
 from lmlab.model import LanguageModel

@@ -13,20 +13,21 @@ from tests.module_graph import PACKAGE, ROOT
 PAGE = ROOT / "docs" / "layout.md"
 HEAD = """# Layout
 
-Every package and module of `lmlab/`, each with the first sentence of its docstring (this page
-is written from the tree by `python -m tests.layout_page`, and the suite fails when it
-differs). DESIGN's import rules hold over the module graph (tests/test_import_rules.py): no
-import circles, among modules or among packages; `config/` imports only `config/`; `train/`
-never imports `infer/`; `data/` never imports `objectives/`; `infer/` and `eval/` never import
-each other; `finetune/` never imports `infer/`; `model/` imports only `config/` and
-`kernels/`; `tasks/` (the task vocabulary: traits, formats, the one framing of rows, metrics)
-imports only `config/`, `data/` and the objectives' traits; the consumers (`infer/`, `eval/`,
-`export/`, `serve/`, `compare/`, `harness/`) never reach `train/` or a task's trainer, except
-the modules of `compare/` that run its sub-runs; `export/` imports nothing of `finetune/`, and
-`serve/` and `compare/` only what DESIGN places there (predict; named tasks and their floors);
-only the entry points import `planning/`, which imports nothing of `compare/`. Imports of lmlab
-inside functions (for heavy libraries and command handlers) are counted, and their number may
-not grow. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
+Every package and module of `lmlab/`, each with the first sentence of its docstring (this page is
+written from the tree by `python -m tests.layout_page`, and the suite fails when it differs).
+DESIGN's import rules hold over the module graph (tests/test_import_rules.py): no import circles,
+among modules or among packages; `config/` imports only `config/`; `train/` never imports `infer/`;
+`data/` never imports `objectives/`, and its read side (the dataset as training reads it, and
+`text/`) never imports `data/preparation/`; `infer/` and `eval/` never import each other;
+`finetune/` never imports `infer/`; `model/` imports only `config/` and `kernels/`; `tasks/` (the
+task vocabulary: traits, formats, the one framing of rows, metrics) imports only `config/`, `data/`
+and the objectives' traits; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`,
+`harness/`) never reach `train/` or a task's trainer, except the modules of `compare/` that run its
+sub-runs; `export/` imports nothing of `finetune/`, and `serve/` and `compare/` only what DESIGN
+places there (predict; named tasks and their floors); only the entry points import `planning/`,
+which imports nothing of `compare/`. Imports of lmlab inside functions (for heavy libraries and
+command handlers) are counted, and their number may not grow. No module is over 350 lines, no
+function over 50 (tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\.\.)\.(\s|$)")

@@ -16,7 +16,8 @@ from lmlab.cli import main
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.serve.runs import RunTable
 from lmlab.serve.server import PlaygroundServer
 from lmlab.train.pretrain import pretrain

@@ -13,10 +13,10 @@ from lmlab.commands.pretrain import add_pretrain_options
 from lmlab.config.options import config_from_args
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.synthetic import MarkovChain
 from lmlab.objectives import SpecialTokens
 from lmlab.train.pretrain import pretrain
 from lmlab.train.stopping import RunStopped
+from tests.markov_chain import MarkovChain
 
 N_SYMBOLS = 50
 FIRST_ID = 7

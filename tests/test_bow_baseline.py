@@ -16,7 +16,8 @@ import lmlab
 from lmlab.compare import figures
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.finetune import setup
 from lmlab.finetune.bow_baseline import floor_of_config
 from lmlab.finetune.config import FinetuneConfig

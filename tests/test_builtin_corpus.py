@@ -2,7 +2,7 @@
 
 from itertools import islice
 
-from lmlab.data.builtin_corpus import (
+from lmlab.data.text.builtin_corpus import (
     MIN_DOCUMENT_CHARS,
     pydoc_topic_documents,
     stdlib_documents,

@@ -5,8 +5,9 @@ from dataclasses import fields, replace
 import numpy as np
 import pytest
 
-from lmlab.data import cleaning
-from lmlab.data.cleaning import (
+from lmlab.data.errors import DataError
+from lmlab.data.preparation import cleaning
+from lmlab.data.preparation.cleaning import (
     CleaningConfig,
     CleaningReport,
     QualityThresholds,
@@ -16,7 +17,6 @@ from lmlab.data.cleaning import (
     split_of,
     strip_control,
 )
-from lmlab.data.errors import DataError
 
 GOOD = (
     "The library opened early on Saturday, and a small crowd had already gathered by the "

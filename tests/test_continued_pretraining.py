@@ -20,7 +20,8 @@ from lmlab.cli import main
 from lmlab.commands.pretrain_summary import summary
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset, open_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.importer import import_hf
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
@@ -203,7 +204,7 @@ def pretrain_cli(capsys, *args) -> tuple[int, str]:
 def refused(toy, monkeypatch, capsys, tmp_path):
     """`lmlab pretrain --init ...` on the toy dataset that must refuse in one line and write
     nothing: the line."""
-    monkeypatch.setattr("lmlab.data.dataset.open_or_prepare", lambda path: toy)
+    monkeypatch.setattr("lmlab.data.preparation.entry.open_or_prepare", lambda path: toy)
 
     def run(*args):
         out = tmp_path / "never"
@@ -242,7 +243,7 @@ def test_options_that_would_change_the_model_are_one_line(source, refused):
 
 def test_data_of_another_tokenizer_is_one_line(source, tmp_path, monkeypatch, capsys):
     other = dataset_of(train_tokenizer(TEXTS, vocab_size=280, n_sentinels=4))
-    monkeypatch.setattr("lmlab.data.dataset.open_or_prepare", lambda path: other)
+    monkeypatch.setattr("lmlab.data.preparation.entry.open_or_prepare", lambda path: other)
     out = tmp_path / "never"
     code, line = pretrain_cli(capsys, "--init", source, "--seq-len", "32", "--objective", "clm",
                               "--data", "elsewhere", "--out", out)

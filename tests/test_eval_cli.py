@@ -12,7 +12,8 @@ from lmlab import load
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset, open_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.train.pretrain import pretrain
 
 NOUNS = ["cat", "dog", "bird", "child", "teacher", "farmer"]

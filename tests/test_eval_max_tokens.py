@@ -10,7 +10,8 @@ from lmlab import load
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.eval.texts import _take, dataset_text, file_text
 from lmlab.train.pretrain import pretrain
 

@@ -6,7 +6,8 @@ import torch
 
 from lmlab import Pretrained, load
 from lmlab.config.presets import preset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.model import LanguageModel
 from lmlab.runs.reading import MASK_TEXT, absorb_space_before
 from tests.cycle_language import SPECIAL, cycle, train_cycle_run

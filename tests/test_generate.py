@@ -6,7 +6,8 @@ import torch
 
 from lmlab import Pretrained, load
 from lmlab.config.presets import preset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.infer.generate import prepare_prompt
 from lmlab.infer.infill import splice, split_spans, with_sentinels
 from lmlab.infer.text_stream import IncrementalText

@@ -231,7 +231,7 @@ def test_the_default_masked_run_fills_masks_in_transformers_pipeline(tmp_path):
     """`lmlab pretrain --objective mlm` as it is (--model auto), two steps, then export."""
     from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
-    from lmlab.data.tokenizer import train_tokenizer
+    from lmlab.data.preparation.tokenizer_training import train_tokenizer
     from lmlab.train.pretrain import pretrain
     from tests.hf_runs import TEXTS
 

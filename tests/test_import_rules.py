@@ -82,6 +82,26 @@ def test_a_package_never_imports_another(importer, imported):
     assert _offending(importer, imported) == []
 
 
+def test_data_read_side_never_imports_the_prepare_side():
+    """data/ in its parts: preparation/ (text → a dataset directory) may read the rest of data/,
+    but the directory as training reads it (data/'s own modules) and text/ import nothing of
+    preparation/, so training, evaluation and fine-tuning load no part of prepare."""
+    offending = sorted((module, other) for module, others in imports().items()
+                       if within(module, "lmlab.data")
+                       and not within(module, "lmlab.data.preparation")
+                       for other in others if within(other, "lmlab.data.preparation"))
+    assert offending == []
+
+
+def test_reading_text_imports_nothing_else_of_data():
+    """text/ (the user's files, read for every consumer) needs only data/'s one exception."""
+    outside = sorted((module, other) for module, others in imports().items()
+                     if within(module, "lmlab.data.text") for other in others
+                     if within(other, "lmlab") and not within(other, "lmlab.data.text")
+                     and other != "lmlab.data.errors")
+    assert outside == []
+
+
 def test_the_model_imports_only_config_and_kernels():
     outside = sorted((module, other) for module, others in imports().items()
                      if within(module, "lmlab.model") for other in others

@@ -11,7 +11,8 @@ from matplotlib import font_manager
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.runs import plots
 from lmlab.runs.plots import label_font, plot_confusion_matrix
 from lmlab.train.pretrain import pretrain

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lmlab.config.presets import preset
-from lmlab.data.synthetic import MarkovChain
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.objectives import IGNORE_INDEX, CausalLM, MaskedLM, SpecialTokens
+from tests.markov_chain import MarkovChain
 
 FIRST_SYMBOL_ID = 7  # after the seven named special tokens
 

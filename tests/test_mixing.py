@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lmlab.data.mixing import (
+from lmlab.data.preparation.mixing import (
     SourceSpec,
     mix,
     parse_source,

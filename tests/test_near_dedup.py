@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from lmlab.data import near_dedup
-from lmlab.data.near_dedup import MinHasher, NearDedupConfig, NearDeduplicator, lsh_bands
+from lmlab.data.preparation import near_dedup
+from lmlab.data.preparation.near_dedup import (
+    MinHasher,
+    NearDedupConfig,
+    NearDeduplicator,
+    lsh_bands,
+)
 from tests.test_cleaning import words
 
 

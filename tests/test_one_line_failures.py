@@ -121,7 +121,7 @@ def test_bad_input_under_datatrove_is_one_line_and_its_traceback_stays_in_the_lo
 
 def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
     from lmlab.data.errors import DataError
-    from lmlab.data.readers import ReadOptions, Row, read_rows
+    from lmlab.data.text.readers import ReadOptions, Row, read_rows
 
     def rows(path):  # as fine-tuning reads a table: every problem fatal
         return list(read_rows(path, ReadOptions(strict=True)))

@@ -11,7 +11,8 @@ from lmlab.atomic import atomic_directory, atomic_write, make_directory, staging
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.train.pretrain import pretrain
 
 

@@ -8,10 +8,10 @@ import pytest
 from tokenizers import Tokenizer
 
 import lmlab.data
-from lmlab.data.cleaning import split_of
 from lmlab.data.errors import DataError
 from lmlab.data.loader import BlockBatches
 from lmlab.data.preparation import prepare, prepare_documents
+from lmlab.data.preparation.cleaning import split_of
 from lmlab.objectives.nsp import split_sentences
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes "

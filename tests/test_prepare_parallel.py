@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from lmlab.data.parallel import PARALLEL_MIN_BYTES, worker_count
 from lmlab.data.preparation import prepare
+from lmlab.data.preparation.parallel import PARALLEL_MIN_BYTES, worker_count
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes "
          "of pale green glass near old river banks and every morning bright birds sing").split()

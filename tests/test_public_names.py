@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-PACKAGES = ["lmlab", "lmlab.data", "lmlab.export", "lmlab.objectives"]
+PACKAGES = ["lmlab", "lmlab.data", "lmlab.data.preparation", "lmlab.export",
+            "lmlab.objectives"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

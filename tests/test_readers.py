@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from lmlab.data import json_stream, row_formats
 from lmlab.data.errors import DataError
-from lmlab.data.readers import (
+from lmlab.data.text import json_stream, row_formats
+from lmlab.data.text.readers import (
     ReadOptions,
     ReadStats,
     Row,

@@ -187,7 +187,7 @@ TINY_OPTIONS = ("--seq-len", "32", "--batch-size", "8", "--log-every", "1", "--e
 @pytest.fixture
 def pretrain_cli(dataset, monkeypatch, capsys):
     """`lmlab pretrain` on the synthetic dataset: (exit code, stdout, stderr's last line)."""
-    monkeypatch.setattr("lmlab.data.dataset.open_or_prepare", lambda path: dataset)
+    monkeypatch.setattr("lmlab.data.preparation.entry.open_or_prepare", lambda path: dataset)
 
     def run(*args):
         capsys.readouterr()

@@ -15,7 +15,8 @@ from safetensors.torch import save
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.importer import import_hf
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
@@ -82,7 +83,7 @@ def use_cli(capsys, *args) -> tuple[int, str]:
 def pretrain_cli(toy_dataset, monkeypatch, capsys):
     """`lmlab pretrain --out RUN OPTIONS...` on the toy dataset: (exit code, stderr's last
     line without the progress bars)."""
-    monkeypatch.setattr("lmlab.data.dataset.open_or_prepare", lambda path: toy_dataset)
+    monkeypatch.setattr("lmlab.data.preparation.entry.open_or_prepare", lambda path: toy_dataset)
     monkeypatch.setenv("LMLAB_MALLOC_TUNE", "0")  # leave this process's malloc alone
 
     def run(out, *options):

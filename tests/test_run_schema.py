@@ -9,7 +9,8 @@ import pytest
 
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
-from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of, train_tokenizer
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
+from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of
 from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.setup import finetune
 from lmlab.runs.run import RunLoadError, load_run

@@ -8,16 +8,10 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from lmlab.data.errors import DataError
-from lmlab.data.sentences import sentence_starts, token_starts
+from lmlab.data.preparation.sentences import sentence_starts, token_starts
+from lmlab.data.preparation.tokenizer_training import sentinel_names, train_tokenizer
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.data.tokenizer import (
-    SPECIAL_TOKENS,
-    load_tokenizer,
-    sentinel_names,
-    special_tokens_of,
-    train_tokenizer,
-    word_start_table,
-)
+from lmlab.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, special_tokens_of, word_start_table
 
 WORDS = ("photosynthesis bewildered undergraduates notwithstanding meticulous preparation "
          "internationalization decentralization manufacturers competitiveness the a of and "

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from lmlab.commands.parsing import add_command
-from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
+from lmlab.data.preparation.choices import NORMALISATIONS, SENTENCE_RULES
 
 
 def add_prepare_command(commands) -> None:
@@ -102,7 +102,7 @@ RECIPE_OPTIONS = ("text_field", "blank_line_documents", "strict", "normalisation
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lmlab.data.preparation import prepare
+    from lmlab.data.preparation.entry import prepare
 
     fields = {name: getattr(args, name) for name in RECIPE_OPTIONS
               if getattr(args, name) is not None}
@@ -135,7 +135,7 @@ def engine_of(args: argparse.Namespace):
     require_extra("datatrove", "datatrove", "--engine datatrove")
     if args.executor == "ray":
         require_extra("ray", "ray", "--executor ray")
-    from lmlab.data.preparation import Engine
+    from lmlab.data.preparation.datatrove import Engine
 
     return Engine(args.executor or "local", args.tasks, args.verbose)
 

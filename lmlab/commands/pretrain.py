@@ -30,7 +30,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
     import torch
 
     from lmlab.commands.pretrain_summary import print_summary
-    from lmlab.data.dataset import open_or_prepare
+    from lmlab.data.preparation.entry import open_or_prepare
     from lmlab.kernels.machine import keep_freed_memory
     from lmlab.objectives.registry import check_before_data
     from lmlab.train.pretrain import pretrain

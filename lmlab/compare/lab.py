@@ -28,7 +28,8 @@ from lmlab.compare.floors import probe_floors
 from lmlab.compare.layout import DESIGN, REPORT
 from lmlab.compare.report import write_report
 from lmlab.compare.subrun import complete, finished, read_warnings, starting_point
-from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.data.dataset import Dataset
+from lmlab.data.preparation.entry import open_or_prepare
 from lmlab.objectives.registry import build_objective
 
 # Fields that change no sub-run's training or scoring: a re-run may change them freely.

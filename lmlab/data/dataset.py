@@ -12,10 +12,8 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from lmlab.cache import cache_dir
 from lmlab.data.errors import DataError
 from lmlab.data.loader import ArraySource, TokenSource
-from lmlab.data.preparation import is_complete, prepare
 from lmlab.data.shards import TokenFile
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import special_tokens_of, word_start_table
@@ -76,21 +74,3 @@ def open_dataset(path: Path) -> Dataset:
         tokenizer_json=tokenizer_path.read_text(),
         path=path,
     )
-
-
-BUILTIN_DATASET = "builtin-bpe-8192-v2"  # the name changes with the dataset format
-
-
-def builtin_dataset_dir() -> Path:
-    return cache_dir() / "datasets" / BUILTIN_DATASET
-
-
-def open_or_prepare(path: str | None) -> Dataset:
-    """The dataset at `path`; with none, the built-in corpus, prepared on first use."""
-    if path is not None:
-        return open_dataset(Path(path))
-    directory = builtin_dataset_dir()
-    if not is_complete(directory):
-        print(f"preparing the built-in corpus in {directory} (once)")
-        prepare((), directory)
-    return open_dataset(directory)

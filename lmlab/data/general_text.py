@@ -1,5 +1,5 @@
 """General English for measuring what a continued model forgets: the built-in corpus (Python's
-documentation prose, lmlab.data.builtin_corpus) tokenised with the continued model's own
+documentation prose, lmlab.data.text.builtin_corpus) tokenised with the continued model's own
 tokenizer, as far as a validation needs."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from itertools import islice
 import numpy as np
 from tokenizers import Tokenizer
 
-from lmlab.data.builtin_corpus import builtin_documents
 from lmlab.data.dataset import Dataset, in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.data.text.builtin_corpus import builtin_documents
 
 ENCODED_AT_ONCE = 64  # documents per encode_batch call
 

@@ -1,7 +1,7 @@
 """Minimal pairs in BLiMP's format: does the model score each grammatical sentence above its
 ungrammatical twin?
 
-Each row (a JSONL line, as in BLiMP; any format lmlab/data/readers.py reads) holds
+Each row (a JSONL line, as in BLiMP; any format lmlab/data/text/readers.py reads) holds
 `sentence_good` and `sentence_bad`. Accuracy is the share of pairs whose
 good sentence scores strictly higher: equal scores count as wrong, so a model (or a scoring
 rule) that cannot tell the two apart gets no credit for the pair. Results are grouped by file
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.data.errors import DataError
-from lmlab.data.readers import ReadOptions, Row, file_format, read_rows
+from lmlab.data.text.readers import ReadOptions, Row, file_format, read_rows
 
 SENTENCES = ("sentence_good", "sentence_bad")
 DEFAULT_GROUPS = ("file", "field", "UID")

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from lmlab.data.dataset import open_dataset
 from lmlab.data.errors import DataError
-from lmlab.data.readers import ReadStats, read_sources
+from lmlab.data.text.readers import ReadStats, read_sources
 from lmlab.runs import Run
 
 ENCODE_BATCH = 256

@@ -12,7 +12,8 @@ from lmlab.model.masks import MaskSpec
 from lmlab.model.selectors import Selector, stacked
 from lmlab.objectives.base import Objective
 from lmlab.objectives.batch import Batch
-from lmlab.objectives.losses import IGNORE_INDEX, LossSum, cross_entropy, empty_sum
+from lmlab.objectives.losses import IGNORE_INDEX, LossSum, cross_entropy
+from lmlab.objectives.stepwise import StepwiseParts
 
 
 def rows_per_objective(batch_size: int, weights: list[float]) -> list[int]:
@@ -157,43 +158,6 @@ class Mixture(Objective):
                        details={name: tuple(v) for name, v in details.items()})
 
 
-# A composite that trains one of its `objectives` at a time (Alternating, Then): the part a
-# step trains is named in the batch's host facts, and every head of the composite is asked
-# for in every batch, the idle ones at no position.
-
-def weighted_by_steps(objectives: list[Objective], steps: list[float],
-                      share: Callable[[Objective], float]) -> float:
-    """Each part's `share` weighted by the steps it trains (a FLOPs count of the run)."""
-    return sum(count / sum(steps) * share(o) for o, count in zip(objectives, steps, strict=True))
-
-
-def part_batch(composite: Objective, tokens: Tensor, generator: torch.Generator,
-               step: int = 0) -> Batch:
-    """The batch of the part `composite.index_at(step)`, with the composite's idle heads at no
-    position (see `part_loss`)."""
-    index = composite.index_at(step)
-    batch = composite.objectives[index].make_batch(tokens, generator, step)
-    batch.host_facts["objective_index"] = index
-    for head, nothing in composite.reads_nothing().items():
-        batch.predict_at.setdefault(head, nothing)
-    return batch
-
-
-def part_target_counts(composite: Objective, batch: Batch) -> dict[str, Tensor]:
-    return composite.objectives[batch.host_facts["objective_index"]].target_counts(batch)
-
-
-def part_loss(composite: Objective, outputs: dict[str, Tensor], batch: Batch) -> LossSum:
-    """The current part's loss. The idle heads' outputs, on no position, add an exact zero
-    that gives every head a (zero) gradient each step, as data parallelism requires."""
-    part = composite.objectives[batch.host_facts["objective_index"]]
-    result = part.loss(outputs, batch)
-    idle = sum(empty_sum(outputs[head]) for head in composite.heads if head not in part.heads)
-    term, (loss_sum, count) = next(iter(result.terms.items()))
-    result.terms[term] = (loss_sum + idle, count)
-    return result
-
-
 def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
     """The steps each of `parts` objectives trains in a run of `total_steps` that switches
     every `every_steps`: whole turns, then the last, cut short by the run's end."""
@@ -201,33 +165,6 @@ def steps_per_part(total_steps: int, every_steps: int, parts: int) -> list[int]:
     cycles, extra = divmod(turns, parts)
     return [every_steps * (cycles + (part < extra)) + (rest if part == extra else 0)
             for part in range(parts)]
-
-
-class StepwiseParts(Objective):
-    """A composite that trains one part a step (an alternation, a sequence): what a step costs
-    and predicts is each part's, weighted by the steps it trains (`_by_steps`, the subclass's
-    own); every batch asks all the parts' heads, the idle ones at no position."""
-
-    objectives: list[Objective]
-
-    def predicted_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.predicted_fraction(rows, seq_len))
-
-    def target_fraction(self, rows: int, seq_len: int) -> float:
-        return self._by_steps(lambda o: o.target_fraction(rows, seq_len))
-
-    def target_bound(self, rows: int, seq_len: int) -> int:
-        """Whichever part trains, the largest of theirs."""
-        return max(o.target_bound(rows, seq_len) for o in self.objectives)
-
-    def last_block_fraction(self, rows: int, seq_len: int) -> float:
-        """With several heads the last block runs everywhere (every batch asks them all)."""
-        if len(self.heads) > 1:
-            return 1.0
-        return self._by_steps(lambda o: o.last_block_fraction(rows, seq_len))
-
-    def _by_steps(self, share: Callable[[Objective], float]) -> float:
-        raise NotImplementedError
 
 
 class Alternating(StepwiseParts):
@@ -244,24 +181,16 @@ class Alternating(StepwiseParts):
         self.objectives, self.every_steps = objectives, every_steps
         self.total_steps = total_steps
 
-    def leaves(self) -> list[Objective]:
-        return [leaf for o in self.objectives for leaf in o.leaves()]
-
     def for_run(self, total_steps: int) -> Alternating:
         return Alternating([o.for_run(total_steps) for o in self.objectives], self.every_steps,
                            total_steps)
 
-    def _by_steps(self, share: Callable[[Objective], float]) -> float:
-        """Each part's `share` weighted by its share of the run's steps; equal weights until
-        the run's length is known (the limit of a long run)."""
-        steps = ([1] * len(self.objectives) if self.total_steps is None
-                 else steps_per_part(self.total_steps, self.every_steps, len(self.objectives)))
-        return weighted_by_steps(self.objectives, steps, share)
-
     def index_at(self, step: int) -> int:
         return (step // self.every_steps) % len(self.objectives)
 
-    # one part a step: the batch, target counts and loss of the part `index_at` picks
-    make_batch = part_batch
-    target_counts = part_target_counts
-    loss = part_loss
+    def steps_of_parts(self) -> list[float]:
+        """Each part's steps in the run; equal until the run's length is known (the limit of
+        a long run)."""
+        if self.total_steps is None:
+            return [1] * len(self.objectives)
+        return steps_per_part(self.total_steps, self.every_steps, len(self.objectives))

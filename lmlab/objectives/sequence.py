@@ -3,16 +3,8 @@ backbone (`then:clm,mlm@0.75`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from lmlab.objectives.base import Objective
-from lmlab.objectives.mixture import (
-    StepwiseParts,
-    part_batch,
-    part_loss,
-    part_target_counts,
-    weighted_by_steps,
-)
+from lmlab.objectives.stepwise import StepwiseParts
 
 
 def switch_step(fraction: float, total_steps: int) -> int:
@@ -53,9 +45,6 @@ class Then(StepwiseParts):
         """The step the second objective starts at; None until the run's length is known."""
         return None if self.total_steps is None else switch_step(self.fraction, self.total_steps)
 
-    def leaves(self) -> list[Objective]:
-        return [leaf for o in self.objectives for leaf in o.leaves()]
-
     def for_run(self, total_steps: int) -> Then:
         return Then([o.for_run(total_steps) for o in self.objectives], self.fraction,
                     total_steps)
@@ -64,17 +53,10 @@ class Then(StepwiseParts):
         """The part step `step` trains (the first until the run's length is known)."""
         return int(self.switch_step is not None and step >= self.switch_step)
 
-    def _by_steps(self, share: Callable[[Objective], float]) -> float:
-        """Each part's `share` weighted by the steps it trains: phase by phase once the run's
-        length is known, else `fraction` and its rest (the limit of a long run)."""
+    def steps_of_parts(self) -> list[float]:
+        """Each phase's steps once the run's length is known, else `fraction` and its rest
+        (the limit of a long run)."""
         first = self.switch_step
         if first is None or self.total_steps < 1:
-            steps = [self.fraction, 1.0 - self.fraction]
-        else:
-            steps = [first, self.total_steps - first]
-        return weighted_by_steps(self.objectives, steps, share)
-
-    # one part a step: the batch, target counts and loss of the part `index_at` picks
-    make_batch = part_batch
-    target_counts = part_target_counts
-    loss = part_loss
+            return [self.fraction, 1.0 - self.fraction]
+        return [first, self.total_steps - first]

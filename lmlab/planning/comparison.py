@@ -34,7 +34,8 @@ import torch
 from lmlab.config import ModelConfig
 from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
-from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.data.dataset import Dataset
+from lmlab.data.preparation.entry import open_or_prepare
 from lmlab.eval.rules import rules_for
 from lmlab.model import LanguageModel
 from lmlab.model.masks import MaskSpec

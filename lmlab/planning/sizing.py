@@ -26,7 +26,8 @@ import torch
 from lmlab.config import ModelConfig
 from lmlab.config.presets import FAMILIES, SIZES, auto_family, preset
 from lmlab.config.training import TrainConfig
-from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.data.dataset import Dataset
+from lmlab.data.preparation.entry import open_or_prepare
 from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.base import Objective

@@ -1,5 +1,5 @@
 """Labelled fine-tuning data: text tables, SQuAD questions and CoNLL tagged words, as task
-examples. The files are read through lmlab/data/readers.py (any format and compression it
+examples. The files are read through lmlab/data/text/readers.py (any format and compression it
 reads).
 
 Labelled sets are small, so each file is read whole and the first problem is fatal, named by
@@ -20,7 +20,7 @@ from itertools import chain, islice
 from pathlib import Path
 
 from lmlab.data.errors import DataError
-from lmlab.data.readers import ReadOptions, ReadStats, Row, file_format, read_lines, read_rows
+from lmlab.data.text.readers import ReadOptions, ReadStats, Row, file_format, read_lines, read_rows
 
 TEXT_COLUMN_GUESSES = ("text", "sentence", "content", "sentence1", "sentence_A", "premise",
                        "question")

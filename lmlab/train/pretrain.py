@@ -14,9 +14,10 @@ from lmlab.config.budget import Budget
 from lmlab.config.parsing import resolve_config
 from lmlab.config.presets import preset
 from lmlab.config.training import EVAL_EVERY_STEPS, TrainConfig
-from lmlab.data.dataset import Dataset, open_or_prepare
+from lmlab.data.dataset import Dataset
 from lmlab.data.general_text import general_text
 from lmlab.data.loader import BlockBatches
+from lmlab.data.preparation.entry import open_or_prepare
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.model import LanguageModel
 from lmlab.model.flops import objective_flops_per_token

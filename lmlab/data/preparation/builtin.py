@@ -28,11 +28,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from lmlab.data.builtin_corpus import builtin_documents
-from lmlab.data.cleaning import CleaningReport
 from lmlab.data.errors import DataError
-from lmlab.data.mixing import MixedSource, SourceSpec, mix, plan_mix, realised_shares
-from lmlab.data.parallel import Workers, worker_count
+from lmlab.data.preparation.cleaning import CleaningReport
 from lmlab.data.preparation.directory import make_dataset
 from lmlab.data.preparation.encode import (
     dataset_record,
@@ -41,10 +38,13 @@ from lmlab.data.preparation.encode import (
     reading_record,
     train_on,
 )
-from lmlab.data.readers import ReadStats, read_sources
-from lmlab.data.recipe import Recipe
-from lmlab.data.split_check import checked_splits
-from lmlab.data.streaming import Progress, chunked, in_background
+from lmlab.data.preparation.mixing import MixedSource, SourceSpec, mix, plan_mix, realised_shares
+from lmlab.data.preparation.parallel import Workers, worker_count
+from lmlab.data.preparation.recipe import Recipe
+from lmlab.data.preparation.split_check import checked_splits
+from lmlab.data.preparation.streaming import Progress, chunked, in_background
+from lmlab.data.text.builtin_corpus import builtin_documents
+from lmlab.data.text.readers import ReadStats, read_sources
 
 
 @dataclass

@@ -29,14 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lmlab.data.cleaning import CleaningConfig
 from lmlab.data.errors import DataError
-from lmlab.data.mixing import parse_source
-from lmlab.data.near_dedup import NearDedupConfig, lsh_bands
+from lmlab.data.preparation.cleaning import CleaningConfig
 from lmlab.data.preparation.datatrove_work import TOKENIZER, check_read, cleaning, merge
 from lmlab.data.preparation.directory import make_dataset
 from lmlab.data.preparation.encode import given_tokenizer
-from lmlab.data.recipe import Recipe
+from lmlab.data.preparation.mixing import parse_source
+from lmlab.data.preparation.near_dedup import NearDedupConfig, lsh_bands
+from lmlab.data.preparation.recipe import Recipe
 from lmlab.ray_cluster import connect
 
 EXECUTORS = ("local", "ray")

@@ -18,13 +18,13 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.word_tokenizers import WordTokenizer
 from tokenizers import Tokenizer
 
-from lmlab.data.cleaning import Cleaner, CleaningConfig, CleaningReport, examine
-from lmlab.data.parallel import Workers
+from lmlab.data.preparation.cleaning import Cleaner, CleaningConfig, CleaningReport, examine
 from lmlab.data.preparation.datatrove_work import PARTS, TOKENIZER, write_counts
 from lmlab.data.preparation.encode import encode_splits, train_on
-from lmlab.data.readers import ReadOptions, ReadStats, expand_sources, read_file
-from lmlab.data.recipe import Recipe
-from lmlab.data.streaming import chunked
+from lmlab.data.preparation.parallel import Workers
+from lmlab.data.preparation.recipe import Recipe
+from lmlab.data.preparation.streaming import chunked
+from lmlab.data.text.readers import ReadOptions, ReadStats, expand_sources, read_file
 
 
 class ReadSources(PipelineStep):

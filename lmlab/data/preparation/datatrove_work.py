@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from lmlab.data.cleaning import CleaningReport
 from lmlab.data.errors import DataError
+from lmlab.data.preparation.cleaning import CleaningReport
 from lmlab.data.preparation.encode import SPLITS, dataset_record, reading_record
-from lmlab.data.readers import ReadStats
-from lmlab.data.recipe import Recipe
+from lmlab.data.preparation.recipe import Recipe
+from lmlab.data.preparation.stats import TokenStats
 from lmlab.data.shards import TokenWriter
-from lmlab.data.stats import TokenStats
+from lmlab.data.text.readers import ReadStats
 
 COUNTS = "counts"
 PARTS = "parts"

@@ -19,8 +19,8 @@ import tokenizers
 from lmlab.atomic import failed_writes_named, make_directory, staging_directory
 from lmlab.cache import only_one_process
 from lmlab.data.errors import DataError
-from lmlab.data.recipe import Recipe
-from lmlab.data.stats import format_report
+from lmlab.data.preparation.recipe import Recipe
+from lmlab.data.preparation.stats import format_report
 from lmlab.version import __version__
 
 FORMAT_VERSION = 2  # 2: sentence offsets, recipe record, statistics

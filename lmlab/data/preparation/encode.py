@@ -10,16 +10,17 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from lmlab.data.cleaning import split_of
 from lmlab.data.errors import DataError
-from lmlab.data.parallel import Workers
-from lmlab.data.readers import ReadStats
-from lmlab.data.recipe import Recipe
+from lmlab.data.preparation.cleaning import split_of
+from lmlab.data.preparation.parallel import Workers
+from lmlab.data.preparation.recipe import Recipe
+from lmlab.data.preparation.stats import TokenStats, token_summary
+from lmlab.data.preparation.streaming import Progress, chunked
+from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.shards import TokenWriter, pack_documents
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.data.stats import TokenStats, token_summary
-from lmlab.data.streaming import Progress, chunked
-from lmlab.data.tokenizer import load_tokenizer, special_tokens_of, train_tokenizer
+from lmlab.data.text.readers import ReadStats
+from lmlab.data.tokenizer import load_tokenizer, special_tokens_of
 
 SPLITS = ("train", "validation")
 

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from lmlab.data.choices import NORMALISATIONS
 from lmlab.data.errors import DataError
-from lmlab.data.near_dedup import NearDedupConfig, NearDeduplicator
+from lmlab.data.preparation.choices import NORMALISATIONS
+from lmlab.data.preparation.near_dedup import NearDedupConfig, NearDeduplicator
 
 # Unicode category Cc (C0, DEL, C1) except tab and newline, which carry layout.
 CONTROL_CHARACTERS = dict.fromkeys(

@@ -27,7 +27,7 @@ from pathlib import Path
 import zstandard
 
 from lmlab.data.errors import DataError
-from lmlab.data.row_formats import (
+from lmlab.data.text.row_formats import (
     ROW_READERS,
     ReadOptions,
     ReadStats,

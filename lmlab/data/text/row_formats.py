@@ -1,5 +1,5 @@
 """One reader per file format, each streaming a file's records as rows (field name → value);
-lmlab/data/readers.py chooses between them by suffix and is the way in.
+lmlab/data/text/readers.py chooses between them by suffix and is the way in.
 
 A row's strings may still hold invalid UTF-8 bytes, kept as surrogate escapes: `Records`
 replaces them (one U+FFFD a byte) and counts them in what the reader's consumer keeps, so a
@@ -23,7 +23,7 @@ from typing import BinaryIO, NamedTuple
 import zstandard
 
 from lmlab.data.errors import DataError
-from lmlab.data.json_stream import json_values
+from lmlab.data.text.json_stream import json_values
 
 TEXT_FORMATS = (".txt", ".jsonl", ".json", ".csv", ".tsv")
 COMPRESSIONS = (".gz", ".zst")

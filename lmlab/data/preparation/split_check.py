@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lmlab.data.cleaning import split_of
 from lmlab.data.errors import DataError
+from lmlab.data.preparation.cleaning import split_of
 
 
 class _Tally:

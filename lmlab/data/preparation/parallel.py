@@ -31,10 +31,17 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from lmlab.data.cleaning import Cleaner, CleaningConfig, CleaningReport, clean, examine, split_of
-from lmlab.data.near_dedup import NearDedupConfig, NearDeduplicator
-from lmlab.data.sentences import sentence_starts, token_starts
-from lmlab.data.streaming import chunked
+from lmlab.data.preparation.cleaning import (
+    Cleaner,
+    CleaningConfig,
+    CleaningReport,
+    clean,
+    examine,
+    split_of,
+)
+from lmlab.data.preparation.near_dedup import NearDedupConfig, NearDeduplicator
+from lmlab.data.preparation.sentences import sentence_starts, token_starts
+from lmlab.data.preparation.streaming import chunked
 
 PARALLEL_MIN_BYTES = 4 << 20  # below this, starting processes costs more than they save
 AHEAD = 2  # chunks in flight per worker at each stage

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from lmlab.config.settings_file import read_settings
-from lmlab.data.choices import NORMALISATIONS, SENTENCE_RULES
-from lmlab.data.cleaning import CleaningConfig, QualityThresholds
 from lmlab.data.errors import DataError
-from lmlab.data.near_dedup import NearDedupConfig
+from lmlab.data.preparation.choices import NORMALISATIONS, SENTENCE_RULES
+from lmlab.data.preparation.cleaning import CleaningConfig, QualityThresholds
+from lmlab.data.preparation.near_dedup import NearDedupConfig
+from lmlab.data.preparation.tokenizer_training import TOKENIZER_KINDS
 from lmlab.data.shards import token_dtype
-from lmlab.data.tokenizer import SPECIAL_TOKENS, TOKENIZER_KINDS
+from lmlab.data.tokenizer import SPECIAL_TOKENS
 
 # The annotation of each kind of field → the Python types a value may have.
 FIELD_TYPES = {"tuple[str, ...]": (tuple,), "str": (str,), "bool": (bool,), "int": (int,),
