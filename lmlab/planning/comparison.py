@@ -179,9 +179,10 @@ class Costs:
             self.forward)
 
 
-def forward_seconds_per_token(model_cfg: ModelConfig, rows: int = 16, repeats: int = 3) -> float:
+def forward_seconds_per_token(model_cfg: ModelConfig, rows: int = 32, repeats: int = 2) -> float:
     """A forward pass's seconds per token through a model of `model_cfg` (its weights do not
-    change the time), the fastest of `repeats` after a warm-up, on rows of up to 128 tokens."""
+    change the time), the fastest of `repeats` after a warm-up, on rows of up to 128 tokens
+    (a few thousand tokens a pass, as scoring batches them)."""
     length = min(model_cfg.max_seq_len, 128)
     model = LanguageModel(model_cfg).eval()
     ids = torch.randint(model_cfg.vocab_size, (rows, length))  # (rows, length)
