@@ -5,6 +5,7 @@ reads; refusals in one line."""
 
 import math
 
+import numpy as np
 import pytest
 
 from lmlab.cli import build_parser, main
@@ -55,9 +56,16 @@ def test_steps_fill_the_budget_left_by_the_fixed_costs(data, tmp_path, fixed_tim
     assert found.fixed_minutes["probes"] * 60 / runs == pytest.approx(
         3 * (2 * tokens * per_token + 3 * tokens * FORWARD))
     assert found.fixed_minutes["validation"] * 60 / runs == pytest.approx(2 * 32 * 4 * FORWARD)
+    # each run scored under its own objective's rules: clm reads each token once, mlm a
+    # window (here the whole one-line document) per token, masking each in turn
+    spans = comparison.open_or_prepare(data).validation.document_spans()
+    window = min(float(np.mean(spans[:, 1] - spans[:, 0])), 32)
+    assert found.fixed_minutes["held-out scoring"] * 60 == pytest.approx(
+        2 * 2 * (500 * FORWARD + 500 * FORWARD * window))
     step_runs = 2 * 2 * 1.5  # a run per fraction, each trains its share of the steps
     assert found.steps == math.floor((600 - runs * fixed_seconds) / (step_runs * STEP))
     assert found.steps > 0
+    assert found.training_minutes + sum(found.fixed_minutes.values()) <= 10
     args = build_parser().parse_args(found.command.split()[1:])
     assert args.budget == str(found.steps) and args.match == "steps"
 
@@ -68,6 +76,9 @@ def test_a_budget_below_the_fixed_costs_says_what_would_hold_a_step(data, tmp_pa
                             probes=[probe_files(tmp_path)], **SETTINGS)
     assert found.steps == 0 and found.needed_minutes > 0.05
     assert "holds no training step" in found.describe()
+    # the command's budget is one compare takes: its smallest fraction (a half) gets a step
+    args = build_parser().parse_args(found.command.split()[1:])
+    assert round(int(args.budget) * 0.5) >= 1
 
 
 def test_the_control_needs_init_and_an_objective_beside_it(data, capsys):  # noqa: F811

@@ -132,6 +132,11 @@ def text_scores(run: Run, held_out: HeldOut,
     return found
 
 
+def first_rule_head(run: Run) -> str:
+    """The head that minimal pairs are scored through: the run's first rule's."""
+    return rules_for(run.objective, run.special)[0].head
+
+
 def minimal_pair_scores(run: Run, minimal_pairs: Sequence) -> np.ndarray:
     """1 where the good sentence of a minimal pair scores higher under the run's first rule,
     else 0."""

@@ -22,6 +22,7 @@ from lmlab.compare.design import CONTROL, CompareConfig
 from lmlab.compare.measures import (
     MINIMAL_PAIRS,
     HeldOut,
+    first_rule_head,
     minimal_pair_groups,
     minimal_pair_scores,
     probe_measure,
@@ -107,12 +108,12 @@ def complete(sub: SubRun, cfg: CompareConfig, data: str, ranks: int = 1) -> None
         _pretrain(sub, cfg, data, ranks)
     run = load_run(sub.out, "last")
     # The control trained nothing: a head its source lacks is untrained there, and its text
-    # scores say nothing of the source.
+    # and minimal-pair scores through it say nothing of the source.
     learned = (tuple(load_run(*split_init(cfg.init)).model.heads)
                if sub.objective == CONTROL else None)
     scores = {name: values[None] for name, values in
               text_scores(run, HeldOut.of(run, data, cfg.eval_tokens), learned).items()}
-    if cfg.pairs:
+    if cfg.pairs and (learned is None or first_rule_head(run) in learned):
         minimal_pairs, _ = minimal_pair_groups(cfg.pairs)
         scores[MINIMAL_PAIRS] = minimal_pair_scores(run, minimal_pairs)[None]
     for probe in cfg.probes:

@@ -70,6 +70,7 @@ class ComparisonPlan:
     seconds_per_step: float | None  # one training step, timed (None: no step could run)
     fixed_minutes: dict[str, float]  # validation, scoring and probes, over every run
     steps: int  # per run at the full budget (0: the budget holds no step)
+    training_minutes: float  # every run's steps, each fraction's run its share
     needed_minutes: float | None  # when no step fits: the fixed costs and one step per run
     command: str
     run_plan: Plan  # the one-run plan that timed the step
@@ -87,8 +88,7 @@ class ComparisonPlan:
             lines.append("  no training step could be timed here: see the run plan's warnings")
         elif self.steps:
             lines.append(f"  training: {self.steps} steps a run at {self.seconds_per_step:.2f} s "
-                         f"a step, {self.runs * self.steps * self.seconds_per_step / 60:.1f} "
-                         "minutes in all")
+                         f"a step, {self.training_minutes:.1f} minutes in all")
         else:
             lines.append(f"  the budget holds no training step: about {self.needed_minutes:.0f} "
                          "minutes would hold one a run; fewer probe seeds, probes or "
@@ -115,7 +115,7 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
     candidate = one_run.candidates[0]  # the one model every run trains
     step = candidate.seconds_per_step or candidate.estimated_seconds_per_step
     runs = len(trained) * seeds * len(fractions)
-    scored = runs + (CONTROL in objectives)
+    control = CONTROL in objectives
     fixed = {}
     if step:
         dataset = open_or_prepare(data)
@@ -123,23 +123,39 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
                      else preset(model, dataset.special.vocab_size, seq_len))
         costs = Costs(step / (seq_len * batch_size), forward_seconds_per_token(model_cfg),
                       dataset, model_cfg.max_seq_len)
-        fixed = {"validation": costs.validation(eval_batches * seq_len * batch_size, init),
-                 "held-out scoring": costs.scoring(trained, eval_tokens),
-                 "probes": sum(costs.probe(probe, probe_epochs) for probe in probes)
-                 * probe_seeds}
-    left = minutes * 60 - scored * sum(fixed.values())
+        probing = probe_seeds * sum(costs.probe(probe, probe_epochs) for probe in probes)
+        fixed = _fixed_seconds(costs, trained, seeds * len(fractions), control, init,
+                               eval_batches * seq_len * batch_size, eval_tokens, probing)
     step_runs = len(trained) * seeds * sum(fractions)  # each fraction a run of its share
-    steps = max(0, math.floor(left / (step_runs * step))) if step else 0
+    fewest = math.floor(0.5 / min(fractions)) + 1  # the least whose smallest share rounds to 1
+    left = minutes * 60 - sum(fixed.values())
+    steps = math.floor(left / (step_runs * step)) if step else 0
+    steps = steps if steps >= fewest else 0
     needed = (None if steps or not step
-              else (scored * sum(fixed.values()) + step_runs * step) / 60)
+              else (sum(fixed.values()) + step_runs * fewest * step) / 60)
     command = ["lmlab", "compare", "--objectives", ",".join(objectives),
                *(["--init", str(init)] if init else ["--model", model]),
-               "--match", "steps", "--budget", str(max(steps, 1)), "--seeds", str(seeds),
+               "--match", "steps", "--budget", str(max(steps, fewest)), "--seeds", str(seeds),
                "--fractions", ",".join(f"{f:g}" for f in fractions),
                "--seq-len", str(seq_len), "--batch-size", str(batch_size), *extra]
-    return ComparisonPlan(minutes, runs, CONTROL in objectives, step,
-                          {name: scored * seconds / 60 for name, seconds in fixed.items()},
-                          steps, needed, shlex.join(command), one_run)
+    return ComparisonPlan(minutes, runs, control, step,
+                          {name: seconds / 60 for name, seconds in fixed.items()},
+                          steps, step_runs * steps * (step or 0) / 60, needed,
+                          shlex.join(command), one_run)
+
+
+def _fixed_seconds(costs: Costs, trained: Sequence[str], runs_each: int, control: bool,
+                   init: str | None, block: int, eval_tokens: int,
+                   probing: float) -> dict[str, float]:
+    """Seconds outside training, by part, over the `runs_each` runs of every objective and
+    the control: each run scored under its own objective's rules, the control as the first
+    one's; `probing` is one run's probes."""
+    scoring = [costs.scoring([spec], eval_tokens) for spec in trained]
+    runs = runs_each * len(trained)
+    return {"validation": runs * costs.validation(block, init)
+            + control * costs.validation(block, init, trained=False),
+            "held-out scoring": runs_each * sum(scoring) + control * scoring[0],
+            "probes": (runs + control) * probing}
 
 
 @dataclass(frozen=True)
@@ -153,9 +169,11 @@ class Costs:
     dataset: Dataset
     context: int
 
-    def validation(self, tokens: int, init: str | None) -> float:
-        """At the end; a continued run also at its start, and on general text each time."""
-        return (4 if init else 1) * tokens * self.forward
+    def validation(self, tokens: int, init: str | None, trained: bool = True) -> float:
+        """At the end of a run that trains; a continued run also at its start, and on
+        general text each time."""
+        times = int(trained) + bool(init)
+        return times * (2 if init else 1) * tokens * self.forward
 
     def scoring(self, objectives: Sequence[str], eval_tokens: int) -> float:
         """Each scoring rule of the objectives once: a true likelihood reads each token once,
