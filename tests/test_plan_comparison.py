@@ -88,3 +88,6 @@ def test_the_control_needs_init_and_an_objective_beside_it(data, capsys):  # noq
         plan_comparison(5, ["none"], init="runs/any", data=data, probes=[], **SETTINGS)
     code = main(["plan", "--tokens", "1M", "--data", data, "--objectives", "clm"])
     assert code == 1 and "for --minutes only" in capsys.readouterr().err
+    code = main(["plan", "--minutes", "5", "--data", data, "--objectives", "clm,mlm", "--init",
+                 "runs/any", "--model", "gpt2-tiny"])
+    assert code == 1 and "leave out --model" in capsys.readouterr().err

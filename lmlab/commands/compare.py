@@ -63,8 +63,8 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:
         "that the whole comparison (training, validation, held-out scoring and probes) fits "
         "--minutes; --objective, --family and --sizes are then not used")
     _add_runs_options(comparison, required=False)
-    comparison.add_argument("--model", default="modern-mini",
-                            help="the preset every objective trains from random weights")
+    comparison.add_argument("--model", help="the preset every objective trains from random "
+                                            "weights (default modern-mini)")
     _add_probe_options(comparison)
 
 
@@ -221,6 +221,7 @@ def _plan_comparison(args: argparse.Namespace, training: dict):
     if args.minutes is None or args.flops or args.tokens:
         raise ValueError("plan --objectives sizes a comparison for --minutes only")
     cfg = CompareConfig.of(args.objectives, budget="1", match="steps", init=args.init,
+                           model=args.model,
                            fractions=args.fractions, seeds=args.seeds, probes=args.probes,
                            probe_seeds=args.probe_seeds, eval_tokens=args.eval_tokens)
     probes = [Probe(p.name, Path(p.train), Path(p.validation), p.test and Path(p.test))
@@ -230,7 +231,7 @@ def _plan_comparison(args: argparse.Namespace, training: dict):
         for name in ("probe_seeds", "probe_epochs", "eval_tokens", "data")
         if getattr(args, name) is not None]
     return plan_comparison(
-        args.minutes, cfg.objectives, model=args.model, init=args.init, data=args.data,
+        args.minutes, cfg.objectives, model=cfg.model, init=args.init, data=args.data,
         seq_len=training.get("seq_len", TrainConfig.seq_len),
         batch_size=training.get("batch_size", TrainConfig.batch_size),
         precision=training.get("precision", TrainConfig.precision), seeds=cfg.seeds,
