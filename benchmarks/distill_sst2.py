@@ -170,7 +170,7 @@ def speed(args, work: Path, splits) -> dict:
     """Test sentences per second, teacher and seed-0 students, interleaved: best of 3 rounds."""
     import torch
 
-    from lmlab.finetune.predict import predict
+    from lmlab.infer.predict import predict
     from lmlab.runs import load_run
 
     torch.set_num_threads(args.threads)

@@ -41,7 +41,7 @@ Three times are reported for each side:
 
 lmlab's timestamps come from wrapping `run_training` and `Throughput.take` in the measuring
 process (instrumentation only; nothing in lmlab changes). Prediction:
-`lmlab.finetune.predict.predict(run, texts)` over SST-2's first 512 dev sentences, against a
+`lmlab.infer.predict.predict(run, texts)` over SST-2's first 512 dev sentences, against a
 plain HF forward in batches of 64 (tokenising each batch) and
 `pipeline("text-classification", batch_size=64)`, each after one warm-up batch; examples/s
 (measured in the `lmlab` and `hf` processes only).
@@ -117,7 +117,7 @@ def prepare(work: Path, data: Path, rows: int, predict_texts: int, threads: int)
     from lmlab.data.preparation.tokenizer_training import train_tokenizer
     from lmlab.data.tokenizer import special_tokens_of
     from lmlab.tasks.framing import Encoder
-    from lmlab.train.pretrain import pretrain
+    from lmlab.train.entry import pretrain
 
     torch.set_num_threads(threads)
     everything = read_tsv(data / "train.tsv")
@@ -177,18 +177,18 @@ def timed_predictions(predict_texts, texts: list[str], passes: int = 2) -> list[
 
 def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
               predictions: bool = True) -> dict:
-    from lmlab.finetune import setup
-    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.finetune import entry
     from lmlab.finetune.data import TaskData
-    from lmlab.finetune.predict import predict
+    from lmlab.infer.predict import predict
     from lmlab.runs.metrics import read_metrics
     from lmlab.runs.run import load_run
+    from lmlab.tasks.finetune_config import FinetuneConfig
     from lmlab.train import loop
 
     marks: dict[str, tuple[float, float]] = {}
     takes: list[tuple[float, float]] = []
     padded: list[int] = []
-    run_training, take = setup.run_training, loop.Throughput.take
+    run_training, take = entry.run_training, loop.Throughput.take
     micro_batches = TaskData.micro_batches
 
     def timed_run_training(training):
@@ -204,7 +204,7 @@ def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
         padded.append(sum(batch.input_ids.numel() for batch in batches))
         return batches
 
-    setup.run_training, loop.Throughput.take = timed_run_training, timed_take
+    entry.run_training, loop.Throughput.take = timed_run_training, timed_take
     TaskData.micro_batches = counted_micro_batches
     cfg = FinetuneConfig(
         task="classify", train=str(work / "train.tsv"), validation=str(work / "validation.tsv"),
@@ -213,9 +213,9 @@ def run_lmlab(work: Path, steps: int, warmup: int, mixed_lengths: bool = False,
         beta2=BETA2, warmup_steps=steps // 10, schedule="linear", grad_clip=1.0,
         eval_every=steps, log_every=warmup, mixed_lengths=mixed_lengths)
     start = clock()
-    out = setup.finetune(work / "pretrained", cfg)
+    out = entry.finetune(work / "pretrained", cfg)
     end = clock()
-    setup.run_training, loop.Throughput.take = run_training, take
+    entry.run_training, loop.Throughput.take = run_training, take
     TaskData.micro_batches = micro_batches
     logged = [r for r in read_metrics(out) if r["kind"] == "train"]
     if len(logged) != len(takes) or logged[-1]["step"] != steps:

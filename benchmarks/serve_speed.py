@@ -45,7 +45,7 @@ def toy_run(root: Path) -> Path:
     from lmlab.data.dataset import in_memory_dataset
     from lmlab.data.preparation.tokenizer_training import train_tokenizer
     from lmlab.data.tokenizer import special_tokens_of
-    from lmlab.train.pretrain import pretrain
+    from lmlab.train.entry import pretrain
 
     words = "the cat dog sees likes a bird runs home fast good bad".split()
     rng = random.Random(0)

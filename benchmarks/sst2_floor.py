@@ -21,8 +21,8 @@ RESULTS = Path(__file__).parent / "results" / "sst2_floor.json"
 
 
 def main() -> None:
-    from lmlab.finetune.bow_baseline import floor_of_config
-    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.tasks.bow_floor import floor_of_config
+    from lmlab.tasks.finetune_config import FinetuneConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")

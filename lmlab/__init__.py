@@ -36,7 +36,7 @@ def pretrain(config: str | Path | None = None, **fields) -> Path:
     """Pre-train as `lmlab pretrain` does, from a YAML/TOML config file and/or its fields by
     name, e.g. `lmlab.pretrain(objective="clm", data="data/mine", steps=200)`; with no
     `data`, on the built-in corpus. Returns the run directory."""
-    from lmlab.train.pretrain import pretrain_with_settings  # imports the distributed engine
+    from lmlab.train.entry import pretrain_with_settings  # imports the distributed engine
 
     return pretrain_with_settings(Path(config) if config is not None else None, fields)
 
@@ -45,7 +45,7 @@ def predict(run: str | Path | Run, texts=None, file: str | Path | None = None,
             all_scores: bool = False) -> list[dict]:
     """Predictions of a fine-tuned run for `texts` or the examples of `file`, shaped as the
     Hugging Face pipelines shape them."""
-    from lmlab.finetune.predict import predict as predict_with
+    from lmlab.infer.predict import predict as predict_with
 
     return predict_with(run, texts, file, all_scores)
 

@@ -11,7 +11,7 @@ from lmlab.config.parsing import build_config
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.objectives import SpecialTokens
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 CYCLE = 20  # symbols in the cycle
 SENTINELS = 8

@@ -12,12 +12,12 @@ import torch
 from lmlab.config.presets import preset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
+from lmlab.tasks.finetune_config import FinetuneConfig
 from tests.test_hf_parity import jitter
 
 TEXTS = [

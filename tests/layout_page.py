@@ -20,14 +20,15 @@ among modules or among packages; `config/` imports only `config/`; `train/` neve
 `data/` never imports `objectives/`, and its read side (the dataset as training reads it, and
 `text/`) never imports `data/preparation/`; `infer/` and `eval/` never import each other;
 `finetune/` never imports `infer/`; `model/` imports only `config/` and `kernels/`; `tasks/` (the
-task vocabulary: traits, formats, the one framing of rows, metrics) imports only `config/`, `data/`
-and the objectives' traits; the consumers (`infer/`, `eval/`, `export/`, `serve/`, `compare/`,
-`harness/`) never reach `train/` or a task's trainer, except the modules of `compare/` that run its
-sub-runs; `export/` imports nothing of `finetune/`, and `serve/` and `compare/` only what DESIGN
-places there (predict; named tasks and their floors); only the entry points import `planning/`,
-which imports nothing of `compare/`. Imports of lmlab inside functions (for heavy libraries and
-command handlers) are counted, and their number may not grow. No module is over 350 lines, no
-function over 50 (tests/test_sizes.py).
+task vocabulary: traits, formats and splits, fine-tuning settings and named tasks, the one framing
+of rows, metrics, the bag-of-words floor) imports only `config/`, `data/`, the objectives' traits
+and the root's helpers (`atomic`, `extras`); the consumers (`infer/`, `eval/`, `export/`, `serve/`,
+`compare/`, `harness/`) never reach `train/` or a task's trainer, except the modules of `compare/`
+that run its sub-runs; `export/`, `serve/` and `compare/` import nothing of `finetune/` (but for
+those modules of `compare/`), and `infer/` only the task classes its predict reads a fine-tuned run
+with; only the entry points import `planning/`, which imports nothing of `compare/`. Imports of
+lmlab inside functions (for heavy libraries and command handlers) are counted, and their number may
+not grow. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\.\.)\.(\s|$)")

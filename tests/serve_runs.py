@@ -20,7 +20,7 @@ from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
 from lmlab.serve.runs import RunTable
 from lmlab.serve.server import PlaygroundServer
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast", "good",
          "bad"]

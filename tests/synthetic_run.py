@@ -14,7 +14,7 @@ from lmlab.config.options import config_from_args
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.objectives import SpecialTokens
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 from lmlab.train.stopping import RunStopped
 from tests.markov_chain import MarkovChain
 

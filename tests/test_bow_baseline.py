@@ -1,4 +1,4 @@
-"""The bag-of-words floor fine-tuning scores are read against (lmlab.finetune.bow_baseline):
+"""The bag-of-words floor fine-tuning scores are read against (lmlab.tasks.bow_floor):
 near 1.0 where words decide the label and near chance where labels are shuffled, for single
 texts and for pairs; `lmlab finetune --baseline bow` prints it beside the model's score and
 keeps it in results.json (fitted once for several seeds); tasks without a floor and a missing
@@ -18,10 +18,10 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
-from lmlab.finetune import setup
-from lmlab.finetune.bow_baseline import floor_of_config
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.train.pretrain import pretrain
+from lmlab.finetune import entry
+from lmlab.tasks.bow_floor import floor_of_config
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.train.entry import pretrain
 from tests.cli_process import lmlab as lmlab_command
 from tests.cli_process import refused
 from tests.test_compare import WORDS as COMPARE_WORDS
@@ -141,13 +141,13 @@ def test_finetune_prints_and_keeps_the_floor_beside_the_model(pretrained, sentim
 
 def test_several_seeds_fit_the_floor_once_and_summarise_it(pretrained, sentiment, tmp_path,
                                                            capsys, monkeypatch):
-    fitted, fit_floor = [], setup.fit_floor
+    fitted, fit_floor = [], entry.fit_floor
 
     def counted(task, splits):
         fitted.append(task)
         return fit_floor(task, splits)
 
-    monkeypatch.setattr(setup, "fit_floor", counted)
+    monkeypatch.setattr(entry, "fit_floor", counted)
     train, dev = sentiment
     out = tmp_path / "seeds"
     code, stdout, _ = run_cli(capsys, "finetune", pretrained, "--train", train, "--validation",

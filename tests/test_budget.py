@@ -9,7 +9,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from lmlab.train import step
 from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline

@@ -22,8 +22,8 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
-from lmlab.finetune.predict import fine_tuned_task, predict
-from lmlab.finetune.setup import warn_if_unexportable
+from lmlab.finetune.entry import warn_if_unexportable
+from lmlab.infer.predict import fine_tuned_task, predict
 from lmlab.runs.run import load_run
 from lmlab.runs.schema import Reading
 from lmlab.tasks.formats import example_files

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from lmlab.cli import main
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.sequence_tasks import balanced_weights
 from lmlab.objectives.batch import Batch
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.readers import TextExample
 
 

@@ -20,9 +20,9 @@ from lmlab.compare.measures import BITS_PER_BYTE, MINIMAL_PAIRS, NEXT_TOKEN, pse
 from lmlab.compare.subrun import complete
 from lmlab.config.presets import preset
 from lmlab.data.dataset import open_dataset
-from lmlab.finetune.named_task import NamedTask
 from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.registry import build_objective, split_specs
+from lmlab.tasks.named import NamedTask
 
 WORDS = ("cat dog sun moon tree rock bird fish lake hill road farm milk corn wolf bear "
          "ship coat king rain snow leaf star wind").split()  # one token each

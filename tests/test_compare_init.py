@@ -22,7 +22,7 @@ from lmlab.model.flops import objective_flops_per_token
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of
 from lmlab.runs.run import load_run
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 from tests.test_compare import world  # noqa: F401 — the synthetic language and its probe
 
 PROBE = "probe cue (f1)"

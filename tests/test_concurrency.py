@@ -12,7 +12,7 @@ import pytest
 
 from lmlab.config.training import TrainConfig
 from lmlab.data.preparation import prepare
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.synthetic_run import synthetic_dataset
 
 

@@ -23,14 +23,14 @@ from lmlab.data.dataset import in_memory_dataset, open_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.importer import import_hf
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.setup import finetune
+from lmlab.finetune.entry import finetune
 from lmlab.model import MaskSpec
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
 from lmlab.serve.runs import RunTable
-from lmlab.train import pretrain as pretraining
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.train import entry as pretraining
 from tests.test_hf_import import saved_bert, saved_gpt2, saved_llama
 from tests.test_pretrain import SCRIPT, run_script, torchrun, train_losses
 

@@ -13,7 +13,7 @@ from lmlab.commands.pretrain_summary import summary
 from lmlab.config.training import CONTINUED_LR, TrainConfig
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.schedule import Schedule
 from lmlab.train.warm_start import InitError

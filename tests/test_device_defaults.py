@@ -10,7 +10,7 @@ from lmlab.config.options import add_config_options
 from lmlab.config.parsing import field_specs, parse_value
 from lmlab.config.training import TrainConfig
 from lmlab.kernels.device_defaults import DeviceFacts, compile_for, precision_for
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.synthetic_run import synthetic_dataset
 
 H100 = DeviceFacts("cuda", "NVIDIA H100 80GB HBM3", (9, 0))

@@ -14,7 +14,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset, open_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 NOUNS = ["cat", "dog", "bird", "child", "teacher", "farmer"]
 VERBS = ["sees", "likes", "finds", "helps"]

@@ -18,13 +18,13 @@ import torch
 
 from lmlab.export import from_hf_state_dict, hf_config, to_hf_state_dict
 from lmlab.finetune.base import Row, Task
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.registry import make_task
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model import LanguageModel
 from lmlab.model.heads import make_head
 from lmlab.objectives import Batch, SpecialTokens
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.framing import Words, first_pieces
 from tests.test_hf_parity import VOCAB, jitter, tiny_config, transformers
 

@@ -11,7 +11,7 @@ import json
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.export.importer import import_hf
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.test_continued_pretraining import TINY, run_dataset
 from tests.test_hf_import import saved_bert
 from tests.test_st_pooling import sentence_transformers_dir

@@ -18,16 +18,16 @@ import torch
 
 from lmlab.config.presets import preset
 from lmlab.finetune.base import Row, resolve_reading
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.data import TaskData
+from lmlab.finetune.entry import Splits, resolved
 from lmlab.finetune.outputs import row_outputs
 from lmlab.finetune.sequence_tasks import ClassifyTask
-from lmlab.finetune.setup import Splits, resolved
 from lmlab.model.heads import make_head
 from lmlab.model.model import LanguageModel
 from lmlab.objectives import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 
 SPECIAL = SpecialTokens.layout(vocab_size=32)
 ORDINARY = list(range(max(SPECIAL.all_ids) + 1, SPECIAL.vocab_size))

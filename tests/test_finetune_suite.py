@@ -12,7 +12,7 @@ import torch
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.finetune.suite import read_suite, suite_configs
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 from tests.test_finetune import words_dataset
 
 WORDS = ["the", "cat", "dog", "sees", "a", "bird", "runs", "home", "Paris", "Anna", "Tom",

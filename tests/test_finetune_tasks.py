@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from lmlab.cli import build_parser
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.named_task import NamedTask
 from lmlab.finetune.ner_task import Tagged
 from lmlab.finetune.qa_spans import Answer
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.sequence_tasks import LabelPrediction
 from lmlab.model.heads import HEADS
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.formats import FORMATS, TableFiles, example_files
 from lmlab.tasks.framing import Words
+from lmlab.tasks.named import NamedTask
 from lmlab.tasks.readers import QAExample, TaggedSentence, TextExample
 from lmlab.tasks.traits import TASKS
 

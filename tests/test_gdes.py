@@ -12,14 +12,14 @@ from safetensors.torch import load_file
 from lmlab.config.objective_options import ObjectiveOptions
 from lmlab.config.presets import preset
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.finetune.config import FinetuneConfig
+from lmlab.finetune.entry import task_model
 from lmlab.finetune.registry import make_task
-from lmlab.finetune.setup import task_model
 from lmlab.model import LanguageModel, MaskSpec
 from lmlab.model.sharing import DisentangledEmbedding, merge_sharing
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.checkpoints import WEIGHTS
 from lmlab.runs.run import load_run
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.train.warm_start import load_source, warm_started_model
 from tests.hf_runs import save_run, tiny_tokenizer
 from tests.test_hf_parity import jitter

@@ -9,7 +9,7 @@ from lmlab import LanguageModel, SpecialTokens, preset
 from lmlab.config.training import TrainConfig
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.metrics import read_metrics
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.synthetic_run import synthetic_dataset
 
 

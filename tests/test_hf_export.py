@@ -232,7 +232,7 @@ def test_the_default_masked_run_fills_masks_in_transformers_pipeline(tmp_path):
     from lmlab.config.training import TrainConfig
     from lmlab.data.dataset import in_memory_dataset
     from lmlab.data.preparation.tokenizer_training import train_tokenizer
-    from lmlab.train.pretrain import pretrain
+    from lmlab.train.entry import pretrain
     from tests.hf_runs import TEXTS
 
     tokenizer = train_tokenizer(TEXTS, vocab_size=300, kind="bpe")

@@ -26,21 +26,23 @@ NEVER = [
     ("lmlab.export", "lmlab.finetune"),  # the task vocabulary it needs is tasks/
 ]
 MODEL_MAY_IMPORT = ("lmlab.model", "lmlab.config", "lmlab.kernels")
-# tasks/ is below its users (finetune, distill, export, serve, compare) and below runs/, whose
-# reading frames rows with it: it reads only the bottom of the graph.
-TASKS_MAY_IMPORT = ("lmlab.tasks", "lmlab.config", "lmlab.data", "lmlab.objectives.traits")
-# The modules of finetune/ a consumer may import besides tasks/, as DESIGN places them there:
-# serve/ answers with finetune's predict; compare/ names its probes as finetune's suite names
-# tasks and fits their bag-of-words floors (its training drivers fine-tune, and may import
-# any). export/ imports none (NEVER).
+# tasks/ is below its users (finetune, distill, export, serve, compare, planning) and below
+# runs/, whose reading frames rows with it: it reads only the bottom of the graph.
+TASKS_MAY_IMPORT = ("lmlab.tasks", "lmlab.config", "lmlab.data", "lmlab.objectives.traits",
+                    "lmlab.atomic", "lmlab.extras")  # the root's helpers, below all but config/
+# The modules of finetune/ a consumer may import besides tasks/: infer/'s predict reads a
+# fine-tuned run through its task's classes (they sit above runs/ and model/, so tasks/ cannot
+# hold them); serve/ predicts through infer/, and compare/ imports none but its training
+# drivers'. export/ imports none (NEVER).
 FINETUNE_FOR_CONSUMERS = {
-    "lmlab.serve": {"lmlab.finetune.predict"},
-    "lmlab.compare": {"lmlab.finetune.named_task", "lmlab.finetune.bow_baseline"},
+    "lmlab.infer": {"lmlab.finetune.base", "lmlab.finetune.outputs", "lmlab.finetune.registry"},
+    "lmlab.serve": set(),
+    "lmlab.compare": set(),
 }
 CONSUMERS = ("lmlab.infer", "lmlab.eval", "lmlab.export", "lmlab.serve", "lmlab.compare",
              "lmlab.harness")
 # training, and a task's trainer: what reading a run must never load
-TRAINERS = ("lmlab.train", "lmlab.finetune.setup")
+TRAINERS = ("lmlab.train", "lmlab.finetune.entry")
 # The objective lab trains its sub-runs: these modules of compare/ drive training by design,
 # and are the only consumers' modules that may reach it.
 TRAINING_DRIVERS = {
@@ -182,7 +184,7 @@ def test_serving_loads_no_trainer():
     serve = [module for module in imports() if within(module, "lmlab.serve")]
     code = (f"import sys; import {', '.join(serve)}; "
             "print([m for m in sys.modules if m.startswith('lmlab.train') "
-            "or m == 'lmlab.finetune.setup'])")
+            "or m == 'lmlab.finetune.entry'])")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT, check=True).stdout
     assert loaded.strip() == "[]"
@@ -205,4 +207,4 @@ def test_the_rules_see_the_whole_package():
     """A graph that read nothing would pass every rule above."""
     assert len(imports()) > 150
     assert "lmlab.objectives" in package_imports()["lmlab.train"]
-    assert "lmlab.train.loop" in reachable("lmlab.train.pretrain")
+    assert "lmlab.train.loop" in reachable("lmlab.train.entry")

@@ -15,7 +15,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast"]
 CONTEXT = 32

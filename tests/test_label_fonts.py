@@ -15,7 +15,7 @@ from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
 from lmlab.runs import plots
 from lmlab.runs.plots import label_font, plot_confusion_matrix
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 CHINESE = ["体育", "财经"]
 ARABIC = ["رياضة", "اقتصاد"]

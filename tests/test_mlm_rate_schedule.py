@@ -13,7 +13,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.objectives import IGNORE_INDEX, MaskedLM
 from lmlab.objectives.mlm import StagedRate
 from lmlab.objectives.registry import build_objective
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.conftest import random_block, seeded
 from tests.test_mlm_masking import within_binomial
 from tests.test_resume_rules import config, dataset, saved_config, train_rows  # noqa: F401

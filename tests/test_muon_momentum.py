@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 
 from lmlab import LanguageModel, preset
 from lmlab.runs.checkpoints import list_checkpoints
+from lmlab.train import entry as pretraining
 from lmlab.train import loop
-from lmlab.train import pretrain as pretraining
 from lmlab.train.optim import make_optimizer, muon_momentum, set_muon_momentum
 from tests.test_resume_rules import config, dataset, saved_config, train_rows  # noqa: F401
 

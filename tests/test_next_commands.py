@@ -16,7 +16,7 @@ from lmlab.config.options import config_from_args, options_of
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 
 def parsed(words: list[str]) -> TrainConfig:

@@ -17,7 +17,7 @@ from lmlab.objectives import CausalLM, MaskedLM, SpecialTokens, Then
 from lmlab.objectives.registry import build_objective, split_specs
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.metrics import read_metrics
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.conftest import random_block, seeded
 from tests.synthetic_run import synthetic_dataset
 

@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from lmlab.export.writer import export_run
-from lmlab.finetune.predict import predict
+from lmlab.infer.predict import predict
 from lmlab.runs.checkpoints import list_checkpoints, publish_checkpoint
 from lmlab.runs.old_names import current_weight_name
 from lmlab.runs.run import load_run

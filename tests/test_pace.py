@@ -15,8 +15,8 @@ from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.special_tokens import SpecialTokens
+from lmlab.train.entry import pretrain
 from lmlab.train.pace import Pace, duration
-from lmlab.train.pretrain import pretrain
 
 PACE_LINE = re.compile(r"^[\d.e+-]+ steps/s \(.+ a step\): \d+ steps left, expected to end at "
                        r"\d\d:\d\d \(in .+\)$")

@@ -4,13 +4,15 @@ done by hand with the timings held fixed; the command it hands over is one compa
 reads; refusals in one line."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lmlab.cli import build_parser, main
 from lmlab.planning import comparison
-from lmlab.planning.comparison import Probe, plan_comparison
+from lmlab.planning.comparison import plan_comparison
+from lmlab.tasks.named import NamedTask
 from tests.test_plan import data  # noqa: F401  (the module-scoped prepared dataset)
 
 STEP, FORWARD = 0.5, 1e-4  # seconds a training step, seconds a forward token
@@ -31,11 +33,12 @@ def fixed_timings(monkeypatch):
     monkeypatch.setattr(comparison, "forward_seconds_per_token", lambda cfg: FORWARD)
 
 
-def probe_files(tmp_path) -> Probe:
+def probe_files(tmp_path) -> NamedTask:
     rows = "".join(f"{i % 2}\tsentence number {i} of the probe\n" for i in range(200))
     for name in ("train", "validation", "test"):
         (tmp_path / f"{name}.tsv").write_text("label\tsentence\n" + rows)
-    return Probe("p", tmp_path / "train.tsv", tmp_path / "validation.tsv", tmp_path / "test.tsv")
+    return NamedTask("p", "classify", *(str(tmp_path / f"{name}.tsv")
+                                        for name in ("train", "validation", "test")))
 
 
 SETTINGS = dict(seq_len=32, batch_size=4, precision="fp32", seeds=2, fractions=[0.5, 1.0],
@@ -51,7 +54,7 @@ def test_steps_fill_the_budget_left_by_the_fixed_costs(data, tmp_path, fixed_tim
     fixed_seconds = sum(found.fixed_minutes.values()) * 60 / runs  # one run's
     # the probe by hand: train tokens twice, validation tokens twice, test once, three seeds
     bytes_per_token = comparison.open_or_prepare(data).bytes_per_token
-    tokens = probe.train.stat().st_size / bytes_per_token
+    tokens = Path(probe.train).stat().st_size / bytes_per_token
     per_token = STEP / (32 * 4)
     assert found.fixed_minutes["probes"] * 60 / runs == pytest.approx(
         3 * (2 * tokens * per_token + 3 * tokens * FORWARD))

@@ -10,9 +10,9 @@ import torch
 
 from lmlab.data.loader import BlockBatches
 from lmlab.objectives.registry import build_objective
+from lmlab.train.entry import PretrainingData
 from lmlab.train.loop import step_seed
 from lmlab.train.prefetch import PrefetchedData
-from lmlab.train.pretrain import PretrainingData
 from tests.synthetic_run import synthetic_dataset
 
 

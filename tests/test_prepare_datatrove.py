@@ -83,7 +83,7 @@ def test_the_engine_keeps_the_documents_the_builtin_path_keeps(sources, builtin,
 
 @pytest.mark.slow
 def test_it_trains_to_the_same_loss(sources, builtin, tmp_path):
-    from lmlab.train.pretrain import pretrain_with_settings
+    from lmlab.train.entry import pretrain_with_settings
 
     given = str(builtin / "tokenizer.json")
     made = prepare(sources, tmp_path / "data", engine=Engine("local", 2), tokenizer=given,

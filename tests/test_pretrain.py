@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 from lmlab.config.training import TrainConfig
 from lmlab.runs.checkpoints import list_checkpoints, verify_checkpoint
 from lmlab.runs.metrics import read_metrics
+from lmlab.train import entry as pretraining
 from lmlab.train import loop
-from lmlab.train import pretrain as pretraining
 from tests.synthetic_run import synthetic_dataset
 
 SCRIPT = Path(__file__).with_name("synthetic_run.py")

@@ -12,7 +12,7 @@ import lmlab.data
 from lmlab.config.training import TrainConfig
 from lmlab.data.loader import BlockBatches
 from lmlab.runs.metrics import read_metrics
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 
 WORDS = "a cat sat on the warm mat while two dogs ran past an old red barn".split()
 

@@ -18,7 +18,7 @@ from lmlab.runs.layout import RunDirError
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.opening import open_run_dir, prepare_run_dir
 from lmlab.runs.schema import RunConfig
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from lmlab.train.schedule import Schedule
 from tests.synthetic_run import synthetic_dataset
 

@@ -15,7 +15,7 @@ from lmlab.model.flops import flops_per_token, objective_flops_per_token
 from lmlab.model.generator import generator_config
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import NOTHING_LEARNED, base_rate_entropy, sample_tokens
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 from lmlab.train.step import forward_loss
 from lmlab.train.validation import ValidationWarnings
 from tests.synthetic_run import synthetic_dataset

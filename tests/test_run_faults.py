@@ -18,11 +18,11 @@ from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import special_tokens_of
 from lmlab.export.importer import import_hf
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.setup import finetune
+from lmlab.finetune.entry import finetune
 from lmlab.runs.checkpoints import list_checkpoints, sha256_of, verify_checkpoint
 from lmlab.runs.run import load_run
-from lmlab.train.pretrain import pretrain
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.train.entry import pretrain
 from tests.test_checkpoint import Trap, refuse_torch_load, rewrite_with_checksum
 
 WORDS = ["the", "cat", "dog", "sees", "likes", "a", "bird", "runs", "home", "fast"]

@@ -11,8 +11,7 @@ from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import in_memory_dataset
 from lmlab.data.preparation.tokenizer_training import train_tokenizer
 from lmlab.data.tokenizer import LMLAB_SPECIAL_NAMES, special_tokens_of
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.setup import finetune
+from lmlab.finetune.entry import finetune
 from lmlab.runs.run import RunLoadError, load_run
 from lmlab.runs.schema import (
     Embedding,
@@ -23,7 +22,8 @@ from lmlab.runs.schema import (
     RunTask,
     read_run_config,
 )
-from lmlab.train.pretrain import pretrain
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.train.entry import pretrain
 
 WORDS = "the cat dog sees likes a bird runs home fast good bad".split()
 MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "vocab_size": 64, "max_seq_len": 16}

@@ -66,7 +66,7 @@ def test_embedding_lr_scale_must_be_positive():
 
 def test_embeddings_learn_faster_from_random_weights_only():
     from lmlab.config.training import TrainConfig
-    from lmlab.finetune.config import FinetuneConfig
+    from lmlab.tasks.finetune_config import FinetuneConfig
 
     def rate(cfg):  # as the run's concrete config has it
         return cfg.concrete("fp32", False, "adamw").embedding_lr_scale

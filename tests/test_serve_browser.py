@@ -180,7 +180,7 @@ def test_answers_and_entities_are_highlighted_in_the_text(open_page, server):
     answer = page.locator('#predict .pane[data-run="qa"] mark')
     expect(answer).to_have_count(1)
     qa = server.runs.get("qa")
-    from lmlab.finetune.predict import predict
+    from lmlab.infer.predict import predict
 
     expected = predict(qa.run, [f"which animal ? ||| {context}"])[0]
     assert answer.inner_text() == expected["answer"] and expected["answer"] in context

@@ -14,8 +14,8 @@ from lmlab.data.dataset import in_memory_dataset
 from lmlab.kernels import linear_cross_entropy as fused
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.runs.metrics import read_metrics
+from lmlab.train import entry as pretraining
 from lmlab.train import loop
-from lmlab.train import pretrain as pretraining
 from lmlab.train.optim import Muon, Optimizers, make_optimizer
 from lmlab.train.step import guarded_update
 from tests.synthetic_run import synthetic_dataset

@@ -14,7 +14,7 @@ import pytest
 from lmlab.cli import main
 from lmlab.config.training import TrainConfig
 from lmlab.runs.metrics import read_metrics
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from tests.synthetic_run import synthetic_dataset
 
 SCRIPT = Path(__file__).with_name("synthetic_run.py")

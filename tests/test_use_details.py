@@ -22,7 +22,7 @@ from lmlab.kernels.machine import threads_for
 from lmlab.objectives import SpecialTokens
 from lmlab.runs import load_run
 from lmlab.runs.metrics import loss_name, read_metrics
-from lmlab.train.pretrain import pretrain
+from lmlab.train.entry import pretrain
 from tests.hf_runs import pretrained_run
 
 TEXT = "the cat sat on the mat. the dog sat on the log. " * 3

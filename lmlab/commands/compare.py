@@ -216,7 +216,7 @@ def plan_command(args: argparse.Namespace) -> int:
 def _plan_comparison(args: argparse.Namespace, training: dict):
     """`plan --objectives ...`: the comparison's own checks (as `lmlab compare` makes them),
     then its steps per run for --minutes."""
-    from lmlab.planning.comparison import Probe, plan_comparison
+    from lmlab.planning.comparison import plan_comparison
 
     if args.minutes is None or args.flops or args.tokens:
         raise ValueError("plan --objectives sizes a comparison for --minutes only")
@@ -224,8 +224,6 @@ def _plan_comparison(args: argparse.Namespace, training: dict):
                            model=args.model,
                            fractions=args.fractions, seeds=args.seeds, probes=args.probes,
                            probe_seeds=args.probe_seeds, eval_tokens=args.eval_tokens)
-    probes = [Probe(p.name, Path(p.train), Path(p.validation), p.test and Path(p.test))
-              for p in cfg.probes]
     given = [f"--probe={probe}" for probe in args.probes] + [
         f"--{name.replace('_', '-')}={getattr(args, name)}"
         for name in ("probe_seeds", "probe_epochs", "eval_tokens", "data")
@@ -235,5 +233,5 @@ def _plan_comparison(args: argparse.Namespace, training: dict):
         seq_len=training.get("seq_len", TrainConfig.seq_len),
         batch_size=training.get("batch_size", TrainConfig.batch_size),
         precision=training.get("precision", TrainConfig.precision), seeds=cfg.seeds,
-        fractions=cfg.fractions, probes=probes, probe_seeds=cfg.probe_seeds,
+        fractions=cfg.fractions, probes=cfg.probes, probe_seeds=cfg.probe_seeds,
         probe_epochs=args.probe_epochs, eval_tokens=cfg.eval_tokens, extra=given)

@@ -39,7 +39,7 @@ def add_distill_command(commands: argparse._SubParsersAction) -> None:
 
 
 def distill_command(args: argparse.Namespace) -> int:
-    from lmlab.distill.run import distill
+    from lmlab.distill.entry import distill
 
     out = distill(args.teacher, config_from_args(args, DistillConfig))
     print(f"distilled run saved in {out}")

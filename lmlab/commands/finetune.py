@@ -9,7 +9,7 @@ from pathlib import Path
 from lmlab.commands.parsing import add_command, add_run_arguments, check_input_file, read_texts
 from lmlab.config.options import add_config_options, config_from_args, options_given
 from lmlab.config.parsing import field_specs
-from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.traits import TASKS
 
 
@@ -57,7 +57,7 @@ def add_finetune_commands(commands: argparse._SubParsersAction) -> None:
 def finetune_command(args: argparse.Namespace) -> int:
     if args.suite:
         return suite_command(args)
-    from lmlab.finetune.setup import finetune
+    from lmlab.finetune.entry import finetune
 
     out = finetune(args.run_dir, config_from_args(args, FinetuneConfig))
     print(f"fine-tuned run saved in {out}")
@@ -77,7 +77,7 @@ def suite_command(args: argparse.Namespace) -> int:
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    from lmlab.finetune.predict import fine_tuned_task, predict
+    from lmlab.infer.predict import fine_tuned_task, predict
     from lmlab.runs.run import load_run
     from lmlab.tasks.formats import example_files
 

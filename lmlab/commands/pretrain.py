@@ -33,7 +33,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
     from lmlab.data.preparation.entry import open_or_prepare
     from lmlab.kernels.machine import keep_freed_memory
     from lmlab.objectives.registry import check_before_data
-    from lmlab.train.pretrain import pretrain
+    from lmlab.train.entry import pretrain
 
     config = config_from_args(args, TrainConfig)
     check_before_data(config)

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lmlab.config.budget import parse_count
-from lmlab.config.objective_options import ObjectiveOptions
+from lmlab.config.objective_options import CONTROL, ObjectiveOptions
 from lmlab.config.parsing import check_field
 from lmlab.config.training import muon_runs_with
 from lmlab.extras import require_extra, require_trackers
-from lmlab.finetune.named_task import NamedTask
+from lmlab.tasks.named import NamedTask
 
 if TYPE_CHECKING:  # the command line reads MATCHES without importing torch
     from lmlab.config.objective_options import ObjectiveOptions
@@ -38,7 +38,6 @@ MATCHES: tuple[str, ...] = ("flops", "tokens", "steps", "time")
 BUDGET_UNITS = {"flops": "training FLOPs", "tokens": "training tokens", "steps": "steps",
                 "time": "minutes"}
 CLUSTERS: tuple[str, ...] = ("local", "ray")  # where sub-runs train (lmlab.compare.cluster)
-CONTROL = "none"  # the arm that trains nothing: an --init run as it came
 DEFAULT_MODEL = "modern-mini"
 
 

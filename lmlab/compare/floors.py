@@ -1,5 +1,5 @@
 """The bag-of-words floor of each classification probe of a comparison
-(lmlab.finetune.bow_baseline): fitted once per probe on its training rows and scored on its
+(lmlab.tasks.bow_floor): fitted once per probe on its training rows and scored on its
 scored split, since it does not depend on any pre-trained model. Where scikit-learn is
 missing the floors are left out, said in one line: a comparison does not fail for an optional
 extra."""
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lmlab.compare.measures import probe_measure
-from lmlab.finetune.bow_baseline import NAME, floor_of_config, require_scikit_learn
-from lmlab.finetune.named_task import NamedTask
+from lmlab.tasks.bow_floor import NAME, floor_of_config, require_scikit_learn
+from lmlab.tasks.named import NamedTask
 from lmlab.tasks.traits import TASKS
 
 

@@ -38,8 +38,8 @@ from lmlab.runs.checkpoints import PREFIX, list_checkpoints
 from lmlab.runs.layout import split_init
 from lmlab.runs.metrics import read_metrics
 from lmlab.runs.run import load_run
+from lmlab.train.entry import pretrain_with_settings
 from lmlab.train.loop import TrainingError
-from lmlab.train.pretrain import pretrain_with_settings
 from lmlab.train.warm_start import checked_source
 
 SCORES = "scores.npz"

@@ -7,6 +7,10 @@ from typing import Literal
 
 from lmlab.config.fields import check_choices, documented
 
+# The objective of a comparison's arm that trains nothing (`--objectives none,...`): an --init
+# run as it came, which compare runs and plan prices.
+CONTROL = "none"
+
 
 @dataclass(frozen=True)
 class ObjectiveOptions:

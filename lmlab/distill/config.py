@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lmlab.config.fields import documented
-from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks.finetune_config import FinetuneConfig
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from lmlab.data.loader import BlockBatches
 from lmlab.distill.config import DistillConfig
 from lmlab.distill.signals import IMITATIONS, TeacherSignals
 from lmlab.distill.student import student_model
-from lmlab.finetune.config import default_lr
-from lmlab.finetune.setup import FinetuneError
+from lmlab.finetune.entry import FinetuneError
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
 from lmlab.objectives.documents import blocks_pad_with
@@ -25,8 +24,9 @@ from lmlab.objectives.mlm import MaskedLM
 from lmlab.runs import Run
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.schema import RunConfig
+from lmlab.tasks.finetune_config import default_lr
+from lmlab.train.entry import PretrainingData
 from lmlab.train.loop import run_training
-from lmlab.train.pretrain import PretrainingData
 from lmlab.train.schedule import Schedule
 from lmlab.train.setup import (
     micro_batches_per_step,

@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmlab.config.parsing import resolve_config
-from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks.finetune_config import FinetuneConfig
 
 
 def finetune(run: str | Path, config: str | Path | None = None, **fields) -> Path:
     """Fine-tune the run at `run` as `lmlab finetune` does, from a config file and/or its
     fields by name, e.g. `lmlab.fine_tune("runs/mlm", task="classify", train="train.tsv",
     validation="dev.tsv")`. Returns the fine-tuned run directory."""
-    from lmlab.finetune.setup import finetune as finetune_run  # the trainer: loaded when used
+    from lmlab.finetune.entry import finetune as finetune_run  # the trainer: loaded when used
 
     cfg = resolve_config(Path(config) if config is not None else None, fields, FinetuneConfig)
     return finetune_run(run, cfg)

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.kernels.linear_cross_entropy import IGNORE_INDEX
 from lmlab.model.masks import MaskSpec
 from lmlab.objectives.base import Objective
@@ -26,6 +25,7 @@ from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.reading import pad_right
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.framing import Encoder
 from lmlab.tasks.traits import TASKS
 

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from lmlab.data.errors import DataError
 from lmlab.finetune.base import Row, Task
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.qa_spans import Answer, QuestionTooLong, best_answer, label_window, make_windows
 from lmlab.objectives.batch import Batch
 from lmlab.objectives.losses import LossSum
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.framing import Encoder
 from lmlab.tasks.metrics import squad_f1, squad_metrics
 from lmlab.tasks.readers import QAExample

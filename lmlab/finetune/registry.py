@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lmlab.finetune.base import Task
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.ner_task import NERTask
 from lmlab.finetune.qa_task import QATask
 from lmlab.finetune.sequence_tasks import ClassifyTask, RegressTask
+from lmlab.tasks.finetune_config import FinetuneConfig
 
 TASK_CLASSES: dict[str, type[Task]] = {
     "classify": ClassifyTask, "pairs": ClassifyTask, "regress": RegressTask, "qa": QATask,

@@ -13,9 +13,9 @@ from torch import nn
 
 from lmlab.atomic import atomic_write, write_text_atomic
 from lmlab.finetune.base import Task
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.outputs import evaluate_task
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.framing import Encoder
 
 RESULTS = "results.json"
@@ -26,7 +26,7 @@ def write_results(out: Path, model: nn.Module, task: Task, splits, encoder: Enco
                   reading: Reading, cfg: FinetuneConfig, baseline: dict | None = None) -> dict:
     """Score the model (its best checkpoint, loaded) on validation and test; write results,
     predictions and plots, with the `baseline` floor beside them when one was fitted
-    (lmlab.finetune.bow_baseline). Returns the results."""
+    (lmlab.tasks.bow_floor). Returns the results."""
     results = {"task": cfg.task, "attention": reading.attention, "pooling": reading.pooling,
                "main_metric": task.main_metric}
     token_types = encoder.token_types

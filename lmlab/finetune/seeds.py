@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.atomic import write_text_atomic
-from lmlab.finetune.bow_baseline import floor_line
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.results import read_results
+from lmlab.tasks.bow_floor import floor_line
+from lmlab.tasks.finetune_config import FinetuneConfig
 
 SUMMARY = "seeds.json"
 

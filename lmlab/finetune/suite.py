@@ -17,12 +17,12 @@ from pathlib import Path
 
 from lmlab.atomic import write_text_atomic
 from lmlab.config.settings_file import read_settings
-from lmlab.finetune.bow_baseline import require_scikit_learn
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.named_task import CONFIG_SUFFIXES, NamedTask
+from lmlab.finetune.entry import finetune
 from lmlab.finetune.results import read_results
 from lmlab.finetune.seeds import seed_configs
-from lmlab.finetune.setup import finetune
+from lmlab.tasks.bow_floor import require_scikit_learn
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.tasks.named import CONFIG_SUFFIXES, NamedTask
 from lmlab.tasks.traits import TASKS
 
 SUMMARY = "suite.json"

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from lmlab.config import ModelConfig
+from lmlab.config.objective_options import CONTROL
 from lmlab.config.presets import preset
 from lmlab.config.training import TrainConfig
 from lmlab.data.dataset import Dataset
@@ -43,23 +44,7 @@ from lmlab.objectives.registry import build_objective
 from lmlab.planning.sizing import Plan, plan
 from lmlab.runs.layout import CONFIG, split_init
 from lmlab.runs.schema import read_run_config
-
-CONTROL = "none"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A probe's files as `lmlab compare --probe` names them, and what its fine-tuning reads."""
-
-    name: str
-    train: Path
-    validation: Path
-    test: Path | None
-
-    def tokens(self, bytes_per_token: float) -> tuple[float, float, float]:
-        """(train, validation, test) tokens, counted from the files' sizes."""
-        return tuple(0.0 if path is None else path.stat().st_size / bytes_per_token
-                     for path in (self.train, self.validation, self.test))
+from lmlab.tasks.named import NamedTask
 
 
 @dataclass(frozen=True)
@@ -99,7 +84,7 @@ class ComparisonPlan:
 def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "modern-mini",
                     init: str | None = None, data: str | None = None, seq_len: int,
                     batch_size: int, precision: str, seeds: int, fractions: Sequence[float],
-                    probes: Sequence[Probe], probe_seeds: int, probe_epochs: float,
+                    probes: Sequence[NamedTask], probe_seeds: int, probe_epochs: float,
                     eval_tokens: int, eval_batches: int = TrainConfig.eval_batches,
                     extra: Sequence[str] = ()) -> ComparisonPlan:
     """Steps per run for `lmlab compare --objectives OBJECTIVES --match steps` to fit
@@ -189,10 +174,12 @@ class Costs:
                    * (1 if rule.perplexity_name == "perplexity" else window)
                    for rule in rules.values())
 
-    def probe(self, probe: Probe, epochs: float) -> float:
+    def probe(self, probe: NamedTask, epochs: float) -> float:
         """One fine-tuning of `probe`: its training tokens each epoch, its validation tokens
-        after each epoch, its test tokens once."""
-        train, validate, test = probe.tokens(self.dataset.bytes_per_token)
+        after each epoch, its test tokens once, each counted from its file's size."""
+        train, validate, test = (0.0 if path is None
+                                 else Path(path).stat().st_size / self.dataset.bytes_per_token
+                                 for path in (probe.train, probe.validation, probe.test))
         return epochs * train * self.per_token + (math.ceil(epochs) * validate + test) * (
             self.forward)
 

@@ -7,9 +7,9 @@ from dataclasses import asdict
 
 import torch
 
-from lmlab.finetune.predict import predict as predictions
 from lmlab.infer.embed import embed as vectors_of
 from lmlab.infer.fill_mask import fill_mask as fill
+from lmlab.infer.predict import predict as predictions
 from lmlab.model import MaskSpec
 from lmlab.objectives.registry import build_objective
 from lmlab.runs.metrics import metrics_rows

@@ -36,7 +36,7 @@ class TaskTraits:
     # lmlab family → the Hugging Face class a run fine-tuned for it exports to
     hf_classes: Mapping[str, str] = field(default_factory=dict)
     hf_problem_type: str | None = None  # what HF's config.json says its loss is, if anything
-    # whether the bag-of-words floor (lmlab.finetune.bow_baseline) applies: one label per text
+    # whether the bag-of-words floor (lmlab.tasks.bow_floor) applies: one label per text
     bag_of_words_floor: bool = False
 
 

@@ -1,6 +1,6 @@
 """The one training loop, top to bottom in execution order, for every kind of training.
 
-A setup (pre-training: lmlab/train/pretrain.py) builds a `Training`: the model, optimizer,
+A setup (pre-training: lmlab/train/entry.py) builds a `Training`: the model, optimizer,
 objective, a source of micro-batches and a validation. `run_training` then steps it: learning
 rate, micro-batches, the step's device work (lmlab/train/step.py: forward and backward
 normalised by the global target count, gradient clipping, the non-finite guard, the update),

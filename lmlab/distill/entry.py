@@ -15,12 +15,11 @@ from lmlab.distill.student import student_model
 from lmlab.distill.task import TEACHER, TaughtTask, teacher_scores
 from lmlab.extras import require_trackers
 from lmlab.finetune.base import Row, Task
-from lmlab.finetune.config import default_lr
 from lmlab.finetune.data import TaskData
+from lmlab.finetune.entry import FinetuneError, _run_config
 from lmlab.finetune.outputs import evaluate_task, row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.finetune.results import write_results
-from lmlab.finetune.setup import FinetuneError, _run_config, read_splits
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head
@@ -28,8 +27,10 @@ from lmlab.runs import Run
 from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.run import load_run, pick_checkpoint
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import default_lr
 from lmlab.tasks.formats import example_files
 from lmlab.tasks.framing import Encoder
+from lmlab.tasks.splits import read_splits
 from lmlab.train import distributed
 from lmlab.train.loop import Training, run_training
 from lmlab.train.schedule import Schedule

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lmlab.finetune.base import Task
-from lmlab.finetune.config import FinetuneConfig
 from lmlab.finetune.outputs import row_outputs
 from lmlab.finetune.registry import make_task
 from lmlab.runs import Run
 from lmlab.runs.run import RunLoadError, load_run
 from lmlab.runs.schema import Reading
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.formats import example_files
 from lmlab.tasks.framing import Encoder, Words
 from lmlab.tasks.readers import QAExample, TextExample

@@ -1,7 +1,7 @@
 """The bag-of-words floor a fine-tuned classifier is read against: logistic regression on the
 tf-idf of word unigrams and bigrams (scikit-learn, the optional extra `lmlab[baselines]`),
 fitted on the same training rows the model was fine-tuned on and scored on the same
-validation and test rows with the task's own metrics.
+validation and test rows with the metrics the fine-tuned model is scored by.
 
 It knows nothing of word order beyond bigrams and nothing of language beyond the training
 rows, so a fine-tuned model that scores below it has learned less from the task than word
@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lmlab.extras import require_extra
-from lmlab.finetune.base import Task
-from lmlab.finetune.config import FinetuneConfig
-from lmlab.finetune.registry import make_task
-from lmlab.finetune.sequence_tasks import LabelPrediction
-from lmlab.finetune.splits import Splits, read_splits
+from lmlab.tasks.finetune_config import FinetuneConfig
+from lmlab.tasks.metrics import classification_metrics
+from lmlab.tasks.splits import Splits, read_splits
+from lmlab.tasks.traits import TASKS
 
 if TYPE_CHECKING:
     from lmlab.tasks.readers import TextExample
@@ -85,35 +84,37 @@ class BagOfWords:
         return len(self.vectorizer.vocabulary_) * (3 if self.text_pairs else 1)
 
 
-def fit_floor(task: Task, splits: Splits) -> dict:
+def fit_floor(task: str, splits: Splits) -> dict:
     """The floor of `task` fitted on `splits.train` and scored on its validation and test
-    rows with the task's metrics, as results.json keeps it under "baseline"."""
+    rows with the metrics a fine-tuned classifier is scored by, as results.json keeps it under
+    "baseline"."""
     import numpy as np
     import sklearn
     from sklearn.linear_model import LogisticRegression
 
+    def gold(examples: Sequence[TextExample]) -> list[int]:
+        return [splits.labels.index(e.label) for e in examples]
+
     features = BagOfWords(any(e.text_pair is not None for e in splits.train)).fit(splits.train)
     model = LogisticRegression(max_iter=MAX_ITERATIONS)
-    model.fit(features(splits.train), [task.target_of(e) for e in splits.train])
+    model.fit(features(splits.train), gold(splits.train))
     floor = {"name": NAME, "model": MODEL + (" of each text and those both share"
                                              if features.text_pairs else ""),
              "scikit_learn": sklearn.__version__, "train_rows": len(splits.train),
-             "features": features.size, "main_metric": task.main_metric}
+             "features": features.size, "main_metric": TASKS[task].main_metric}
     for split in ("validation", "test"):
         examples = getattr(splits, split)
         if examples is None:
             continue
         scores = model.predict_proba(features(examples))
-        predictions = [LabelPrediction(int(model.classes_[np.argmax(row)]), row)
-                       for row in scores]
-        floor[split] = task.metrics(examples, predictions)
+        predicted = [int(model.classes_[np.argmax(row)]) for row in scores]
+        floor[split] = classification_metrics(gold(examples), predicted, len(splits.labels))
     return floor
 
 
 def floor_of_config(cfg: FinetuneConfig) -> dict:
     """The floor of the splits `cfg` names, read as fine-tuning reads them."""
-    splits = read_splits(cfg)
-    return fit_floor(make_task(cfg, splits.labels), splits)
+    return fit_floor(cfg.task, read_splits(cfg))
 
 
 def floor_line(floor: dict, results: dict) -> str:

@@ -17,14 +17,11 @@ from pathlib import Path
 from lmlab.data.special_tokens import SpecialTokens
 from lmlab.extras import require_trackers
 from lmlab.finetune.base import RECORDED_POOLINGS, Task, resolve_reading
-from lmlab.finetune.bow_baseline import fit_floor, floor_line, require_scikit_learn
-from lmlab.finetune.config import FinetuneConfig, default_lr
 from lmlab.finetune.data import TaskData
 from lmlab.finetune.outputs import evaluate_task
 from lmlab.finetune.registry import TASK_CLASSES, make_task
 from lmlab.finetune.results import write_results
 from lmlab.finetune.seeds import seed_configs, write_seed_summary
-from lmlab.finetune.splits import Splits, read_splits
 from lmlab.model import LanguageModel
 from lmlab.model.flops import flops_per_token
 from lmlab.model.heads import make_head, pools
@@ -33,7 +30,10 @@ from lmlab.runs.checkpoints import load_checkpoint
 from lmlab.runs.layout import seen_from_run
 from lmlab.runs.run import RunLoadError, load_run, pick_checkpoint
 from lmlab.runs.schema import Reading, RunConfig, RunTask, Source
+from lmlab.tasks.bow_floor import fit_floor, floor_line, require_scikit_learn
+from lmlab.tasks.finetune_config import FinetuneConfig, default_lr
 from lmlab.tasks.framing import PAIR_OVERHEAD, Encoder, padding_apart
+from lmlab.tasks.splits import Splits, read_splits
 from lmlab.tasks.traits import TASKS
 from lmlab.train import distributed
 from lmlab.train.loop import run_training
@@ -157,7 +157,7 @@ def _finetune_one(source: str | Path, cfg: FinetuneConfig,
     if env.is_main:
         load_checkpoint(pick_checkpoint(out, "best"), model)
         if cfg.baseline != "none" and floor is None:
-            floor = fit_floor(task, splits)
+            floor = fit_floor(cfg.task, splits)
         print(_summary(write_results(out, model, task, splits, encoder, reading, cfg, floor),
                        task.main_metric))
     distributed.teardown()

@@ -1,6 +1,7 @@
-"""A fine-tuning task by name, as `lmlab compare --probe` and `lmlab finetune --suite` take one:
-NAME=TASK:TRAIN:VALIDATION[:TEST], or NAME=FILE.yaml (a `lmlab finetune --config` file) for a
-task whose columns or splits must be named."""
+"""A fine-tuning task by name, as `lmlab compare --probe` (and `lmlab plan`, pricing its
+probes) and `lmlab finetune --suite` take one: NAME=TASK:TRAIN:VALIDATION[:TEST], or
+NAME=FILE.yaml (a `lmlab finetune --config` file) for a task whose columns or splits must be
+named."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmlab.config.parsing import resolve_config
-from lmlab.finetune.config import FinetuneConfig
+from lmlab.tasks.finetune_config import FinetuneConfig
 from lmlab.tasks.traits import TASKS
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmlab.atomic import sha256_of
-from lmlab.finetune.config import FinetuneConfig, where_filter
+from lmlab.tasks.finetune_config import FinetuneConfig, where_filter
 from lmlab.tasks.formats import example_files
 
 
