@@ -121,7 +121,7 @@ def test_bad_input_under_datatrove_is_one_line_and_its_traceback_stays_in_the_lo
 
 def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
     from lmlab.data.errors import DataError
-    from lmlab.data.text.readers import ReadOptions, Row, read_rows
+    from lmlab.data.text.readers import ReadOptions, Record, read_rows
 
     def rows(path):  # as fine-tuning reads a table: every problem fatal
         return list(read_rows(path, ReadOptions(strict=True)))
@@ -133,8 +133,8 @@ def test_an_unclosed_csv_quote_is_named_as_such_when_fine_tuning(tmp_path):
     assert str(raised.value) == f"{table}:2: a quote opened in this row is never closed"
     closed = tmp_path / "closed.csv"
     closed.write_text('label,text\npos,"good\nmovie"\nneg,bad\n')
-    assert rows(closed) == [Row(2, {"label": "pos", "text": "good\nmovie"}),
-                            Row(4, {"label": "neg", "text": "bad"})]
+    assert rows(closed) == [Record(2, {"label": "pos", "text": "good\nmovie"}),
+                            Record(4, {"label": "neg", "text": "bad"})]
 
 
 def test_importing_a_file_that_is_no_model_says_so(tmp_path, capsys):

@@ -15,7 +15,7 @@ from lmlab.data.text import json_stream, row_formats
 from lmlab.data.text.readers import (
     ReadOptions,
     ReadStats,
-    Row,
+    Record,
     expand_sources,
     read_file,
     read_lines,
@@ -126,13 +126,13 @@ def test_csv_counts_invalid_utf8_per_record(tmp_path):
 def test_rows_keep_every_field_with_invalid_bytes_replaced(tmp_path):
     path = write(tmp_path / "a.jsonl.gz", b'{"text": "a", "tags": ["x\xff"], "n": 1}\n')
     stats = ReadStats()
-    assert list(read_rows(path, stats=stats)) == [Row(1, {"text": "a", "tags": ["x\ufffd"],
+    assert list(read_rows(path, stats=stats)) == [Record(1, {"text": "a", "tags": ["x\ufffd"],
                                                          "n": 1})]
     assert (stats.documents, stats.invalid_utf8_bytes) == (1, 1)
     table = write(tmp_path / "a.csv", b"id,text\n1,one\n2,two,extra\n" + b"3,x\n" * 200)
     stats = ReadStats()
     rows = list(read_rows(table, stats=stats))
-    assert rows[0] == Row(2, {"id": "1", "text": "one"}) and len(rows) == 201
+    assert rows[0] == Record(2, {"id": "1", "text": "one"}) and len(rows) == 201
     assert stats.skipped == {"wrong_width": 1}  # a shifted cell would be the wrong text
     one_line_error("a.csv:3: 3 fields, the header has 2",
                    lambda: list(read_rows(table, ReadOptions(strict=True))))
@@ -140,7 +140,7 @@ def test_rows_keep_every_field_with_invalid_bytes_replaced(tmp_path):
 
 def test_a_txt_file_read_as_another_format_and_by_lines(tmp_path):
     path = write(tmp_path / "sick.txt.gz", b"text\tlabel\nhi\t1\n")
-    assert list(read_rows(path, as_format=".tsv")) == [Row(2, {"text": "hi", "label": "1"})]
+    assert list(read_rows(path, as_format=".tsv")) == [Record(2, {"text": "hi", "label": "1"})]
     assert list(read_lines(path)) == [(1, "text\tlabel"), (2, "hi\t1")]
 
 

@@ -20,7 +20,7 @@ from lmlab.compare.subrun import read_ledger, read_scores
 
 
 @dataclass(frozen=True)
-class Row:
+class ArmScore:
     """One objective's score on one measure at one budget fraction, over its seeds."""
 
     measure: str
@@ -87,7 +87,7 @@ class Crossover:
 class Analysis:
     scores: dict[tuple[str, str, float], np.ndarray]  # (measure, objective, fraction) → K×F×N
     ledger: list[dict]
-    rows: list[Row]
+    rows: list[ArmScore]
     verdicts: list[ObjectivePairVerdict]
     crossovers: list[Crossover]
     apart: list[str]  # one sentence per pair of objectives that share no measure
@@ -117,7 +117,7 @@ def analyse(cfg: CompareConfig, subs: list[SubRun], resamples: int = 2000) -> An
     rows = []
     for (measure, objective, fraction), values in sorted(scores.items()):
         seed_means = values.mean(axis=(1, 2))
-        rows.append(Row(measure, objective, fraction,
+        rows.append(ArmScore(measure, objective, fraction,
                         float(np.mean(flops[objective, fraction])), float(values.mean()),
                         float(seed_means.std(ddof=1)) if len(seed_means) > 1 else 0.0,
                         tuple(map(float, seed_means))))
@@ -153,7 +153,7 @@ def _apart(cfg: CompareConfig, scores: dict) -> list[str]:
             if not set(measures[a]) & set(measures[b])]
 
 
-def _crossovers(rows: list[Row], cfg: CompareConfig) -> list[Crossover]:
+def _crossovers(rows: list[ArmScore], cfg: CompareConfig) -> list[Crossover]:
     """Where the ordering of two objectives' means flips between consecutive budgets."""
     by_key = {(r.measure, r.objective, r.fraction): r for r in rows}
     found = []

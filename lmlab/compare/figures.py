@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmlab.compare.analysis import Analysis, Row
+from lmlab.compare.analysis import Analysis, ArmScore
 from lmlab.compare.design import BUDGET_UNITS, CompareConfig
 from lmlab.compare.measures import measure_of
 from lmlab.runs.plots import legend, pyplot, save_png
@@ -65,7 +65,7 @@ def plot_curves(cfg: CompareConfig, analysis: Analysis, path: Path,
     save_png(figure, path)
 
 
-def _seed_points(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> None:
+def _seed_points(axis, rows: dict[str, list[ArmScore]], colour: dict[str, str]) -> None:
     for column, (objective, (row,)) in enumerate(rows.items()):
         seeds = np.array(row.seed_means)
         spread = np.linspace(-0.12, 0.12, len(seeds)) if len(seeds) > 1 else np.zeros(1)
@@ -76,7 +76,7 @@ def _seed_points(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> No
     axis.set_xlim(-0.6, len(rows) - 0.4)
 
 
-def _curves(axis, rows: dict[str, list[Row]], colour: dict[str, str]) -> None:
+def _curves(axis, rows: dict[str, list[ArmScore]], colour: dict[str, str]) -> None:
     for objective, found in rows.items():
         if not any(r.flops for r in found):  # trained nothing (the control): one level
             axis.axhline(found[0].mean, color=colour[objective], linestyle=":",

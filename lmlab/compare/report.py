@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.atomic import hash_file, write_text_atomic
-from lmlab.compare.analysis import Analysis, Row
+from lmlab.compare.analysis import Analysis, ArmScore
 from lmlab.compare.design import BUDGET_UNITS, CONTROL, CompareConfig
 from lmlab.compare.figures import plot_curves, plot_differences, plot_phenomena, plot_probes
 from lmlab.compare.floors import Floors
@@ -103,7 +103,7 @@ def _inline(path: Path) -> str:
     return f'<img alt="{path.stem}" src="data:image/png;base64,{encoded}">'
 
 
-def _spread(row: Row) -> str:
+def _spread(row: ArmScore) -> str:
     """The standard deviation over seeds; one seed has none."""
     return f"{row.seed_std:.2g}" if len(row.seed_means) > 1 else "— (one seed)"
 

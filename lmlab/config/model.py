@@ -13,7 +13,7 @@ from typing import Literal
 
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
-Positions = Literal["learned", "rotary"]
+PositionEncoding = Literal["learned", "rotary"]
 Activation = Literal["gelu", "gelu_tanh", "swiglu", "geglu", "relu2"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
@@ -35,7 +35,7 @@ class ModelConfig:
     max_seq_len: int = 128
     norm: Norm = "layernorm"
     norm_placement: NormPlacement = "pre"
-    positions: Positions = "learned"
+    positions: PositionEncoding = "learned"
     activation: Activation = "gelu"
     bias: bool = True
     type_vocab_size: int = 0  # 0 = no token-type (segment A/B) embeddings
@@ -68,7 +68,7 @@ class ModelConfig:
         choices = {
             "norm": Norm.__args__,
             "norm_placement": NormPlacement.__args__,
-            "positions": Positions.__args__,
+            "positions": PositionEncoding.__args__,
             "activation": Activation.__args__,
         }
         for name, allowed in choices.items():

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from lmlab.data.errors import DataError
-from lmlab.data.packing import Rows, best_fit_plan, concatenate_plan, sentence_rows
+from lmlab.data.packing import BlockPieces, best_fit_plan, concatenate_plan, sentence_rows
 
 Packing = Literal["concatenate", "best_fit", "sentences"]
 
@@ -79,11 +79,11 @@ class BlockBatches(IterableDataset):
         self.source, self.block_len, self.batch_size = source, block_len, batch_size
         self.packing, self.pad_id, self.sep_id = packing, pad_id, sep_id
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.rows: Rows | None = None
+        self.rows: BlockPieces | None = None
         if packing == "concatenate":
             num_blocks = concatenate_plan(source.num_tokens, block_len)
         elif packing == "best_fit":
-            self.rows = Rows.from_lists(best_fit_plan(source.document_spans(), block_len))
+            self.rows = BlockPieces.from_lists(best_fit_plan(source.document_spans(), block_len))
             num_blocks = len(self.rows)
         elif packing == "sentences":
             sentences = source.sentence_spans()

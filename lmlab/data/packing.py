@@ -22,7 +22,7 @@ SCAN_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
-class Rows:
+class BlockPieces:
     """Blocks as runs of pieces, in two arrays rather than a Python object per piece, so a
     plan over millions of sentences stays small: block b is pieces[starts[b]:starts[b + 1]]."""
 
@@ -30,7 +30,7 @@ class Rows:
     starts: np.ndarray  # (blocks + 1,) int64
 
     @classmethod
-    def from_lists(cls, blocks: list[list[Piece]]) -> Rows:
+    def from_lists(cls, blocks: list[list[Piece]]) -> BlockPieces:
         pieces = np.array([p for block in blocks for p in block], dtype=np.int64).reshape(-1, 2)
         return cls(pieces, np.cumsum([0] + [len(block) for block in blocks], dtype=np.int64))
 
@@ -78,7 +78,7 @@ def best_fit_plan(spans: np.ndarray, block_len: int) -> list[list[Piece]]:
     return blocks
 
 
-def sentence_rows(sentences: np.ndarray, documents: np.ndarray, block_len: int) -> Rows:
+def sentence_rows(sentences: np.ndarray, documents: np.ndarray, block_len: int) -> BlockPieces:
     """Group each document's consecutive sentences (global spans, in stream order) into rows
     whose sentences plus one [SEP] between each (and the three specials NSP adds) fit in
     `block_len`. A row never mixes documents; documents with a single sentence still give a
@@ -103,4 +103,4 @@ def sentence_rows(sentences: np.ndarray, documents: np.ndarray, block_len: int) 
             row_document = document
     if len(pieces):
         starts.append(len(pieces))
-    return Rows(pieces, np.array(starts, dtype=np.int64))
+    return BlockPieces(pieces, np.array(starts, dtype=np.int64))

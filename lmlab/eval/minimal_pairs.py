@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lmlab.data.errors import DataError
-from lmlab.data.text.readers import ReadOptions, Row, file_format, read_rows
+from lmlab.data.text.readers import ReadOptions, Record, file_format, read_rows
 
 SENTENCES = ("sentence_good", "sentence_bad")
 DEFAULT_GROUPS = ("file", "field", "UID")
@@ -49,7 +49,7 @@ def minimal_pair_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _minimal_pair(row: Row, path: Path, keys: Sequence[str], required: bool) -> MinimalPair:
+def _minimal_pair(row: Record, path: Path, keys: Sequence[str], required: bool) -> MinimalPair:
     fields, line = row.fields, row.line
     for name in SENTENCES:
         if name not in fields:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 Offset = tuple[int, int]
-Candidate = tuple[float, int, int, str]  # score, character start, character end, text
+ScoredSpan = tuple[float, int, int, str]  # score, character start, character end, text
 
 
 @dataclass
@@ -129,7 +129,7 @@ def best_answer(windows: Sequence[QAWindow], start_logits: Sequence[np.ndarray],
     if n_best < 1 or max_answer_len < 1:
         raise ValueError(f"n_best and max_answer_len must be positive, got {n_best}, "
                          f"{max_answer_len}")
-    spans: dict[Offset, Candidate] = {}
+    spans: dict[Offset, ScoredSpan] = {}
     null_score = np.inf
     for window, starts, ends in zip(windows, start_logits, end_logits, strict=True):
         starts, ends = _window_logits(starts, window), _window_logits(ends, window)
@@ -156,7 +156,7 @@ def _window_logits(logits: np.ndarray, window: QAWindow) -> np.ndarray:
 
 
 def _candidates(window: QAWindow, starts: np.ndarray, ends: np.ndarray, context: str,
-                n_best: int, max_answer_len: int) -> Iterator[Candidate]:
+                n_best: int, max_answer_len: int) -> Iterator[ScoredSpan]:
     """The window's top starts x top ends that are both context tokens, in order, and short
     enough; spans of whitespace only are no answer and are skipped."""
     offsets = window.offsets
@@ -175,12 +175,12 @@ def _stripped(context: str, a: int, b: int) -> Offset:
     return a + len(span) - len(span.lstrip()), b - len(span) + len(span.rstrip())
 
 
-def _score(candidate: Candidate) -> float:
+def _score(candidate: ScoredSpan) -> float:
     return candidate[0]
 
 
-def _scored(chosen: Candidate, candidates: list[Candidate], n_best: int,
-            null: Candidate | None = None) -> Answer:
+def _scored(chosen: ScoredSpan, candidates: list[ScoredSpan], n_best: int,
+            null: ScoredSpan | None = None) -> Answer:
     """The chosen candidate with its softmax probability over the n_best best candidates, to
     which the chosen one and the null answer are added back if they rank lower, as utils_qa
     adds back the null answer."""

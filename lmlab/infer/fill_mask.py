@@ -27,7 +27,7 @@ from lmlab.runs.reading import (
 
 
 @dataclass(frozen=True)
-class Candidate:
+class FilledToken:
     token: str  # the token's text, with its leading space if it has one (" fox")
     id: int
     probability: float
@@ -45,7 +45,7 @@ def _token_text(run: Run, token_id: int) -> str:
 
 
 def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
-              batch_size: int = 32) -> list[list[Candidate]] | list[list[list[Candidate]]]:
+              batch_size: int = 32) -> list[list[FilledToken]] | list[list[list[FilledToken]]]:
     """For each text, for each of its masks in order, the `top_k` candidates, best first.
 
     `texts` is one text or a list; texts contain "[MASK]" (or, as ids, the mask id). Returns
@@ -84,7 +84,7 @@ def fill_mask(run: Run, texts: Text | Sequence[Text], top_k: int = 5,
 
 @torch.inference_mode()
 def _fill_batch(run: Run, rows: list[list[int]],
-                top_k: int) -> list[list[list[Candidate]]]:
+                top_k: int) -> list[list[list[FilledToken]]]:
     ids, segments = pad_right(rows, run.special.padding_id)
     ids, segments = ids.to(run.device), segments.to(run.device)
     is_mask = ids == run.special.mask
@@ -95,7 +95,7 @@ def _fill_batch(run: Run, rows: list[list[int]],
     probabilities, token_ids = logits.float().softmax(dim=-1).topk(
         min(top_k, logits.shape[-1]), dim=-1)
     masks_per_row = is_mask.sum(dim=1).tolist()
-    flat = [[Candidate(_token_text(run, token), token, probability)
+    flat = [[FilledToken(_token_text(run, token), token, probability)
              for token, probability in zip(tokens, probs, strict=True)]
             for tokens, probs in zip(token_ids.tolist(), probabilities.tolist(), strict=True)]
     grouped, cursor = [], 0

@@ -13,10 +13,10 @@ from lmlab.model.masks import Kind
 # (a packed document); "pair" = [CLS] ids [SEP] (BERT's sentence-pair rows).
 Framing = Literal["document", "pair"]
 # The data layout a block must have: "any" packing, or "sentences" (whole sentences per row).
-Packing = Literal["any", "sentences"]
+PackingNeed = Literal["any", "sentences"]
 # How a model trained this way continues text: after a causal read, after a bidirectional
 # prefix, or by T5-style infilling of sentinel gaps; None = it cannot generate.
-Generation = Literal["causal", "prefix", "infill"] | None
+GenerationMode = Literal["causal", "prefix", "infill"] | None
 # The scoring rule of lmlab.eval.rules that reads a text as this objective trained the model.
 Scoring = Literal["causal", "prefix", "pseudo", "pseudo-next", "pseudo-span"]
 
@@ -25,10 +25,10 @@ Scoring = Literal["causal", "prefix", "pseudo", "pseudo-next", "pseudo-span"]
 class Traits:
     attention: Kind  # the attention policy of its training rows
     heads: tuple[str, ...]  # the heads it trains
-    packing: Packing = "any"
+    packing: PackingNeed = "any"
     framing: Framing = "document"
     scoring: Scoring = "causal"
-    generation: Generation = None
+    generation: GenerationMode = None
     fill_mask: tuple[str, int] | None = None  # (head, shift): where a [MASK] is predicted
     # The special tokens its batches are made with: roles of SpecialTokens, or SENTINELS for
     # at least one <extra_id_N>. Building it with a tokenizer that lacks one fails.

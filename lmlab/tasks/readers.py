@@ -20,7 +20,14 @@ from itertools import chain, islice
 from pathlib import Path
 
 from lmlab.data.errors import DataError
-from lmlab.data.text.readers import ReadOptions, ReadStats, Row, file_format, read_lines, read_rows
+from lmlab.data.text.readers import (
+    ReadOptions,
+    ReadStats,
+    Record,
+    file_format,
+    read_lines,
+    read_rows,
+)
 
 TEXT_COLUMN_GUESSES = ("text", "sentence", "content", "sentence1", "sentence_A", "premise",
                        "question")
@@ -93,7 +100,7 @@ def _table_format(path: Path) -> str:
     return found if found in TABLES else ".tsv"
 
 
-def _rows(path: Path, as_format: str | None = None) -> Iterator[Row]:
+def _rows(path: Path, as_format: str | None = None) -> Iterator[Record]:
     """Every record, the first problem fatal: a JSON object, or a table row keyed by its
     header."""
     stats = ReadStats()

@@ -19,7 +19,7 @@ from typing import Literal
 ExampleFormat = Literal["table", "squad", "conll"]
 # What an example is labelled with: one of N label names, a number, an answer span of its
 # context, or a tag per word.
-Target = Literal["label", "number", "answer", "tags"]
+TargetKind = Literal["label", "number", "answer", "tags"]
 # Whether an example holds a second text (a pair's second sentence, a question's context),
 # typed after the first as 'A ||| B' when texts are given one a line.
 SecondText = Literal["never", "optional", "required"]
@@ -31,7 +31,7 @@ class TaskTraits:
     head: str  # the model head it trains (lmlab.model.heads.HEADS)
     main_metric: str  # the checkpoint kept is the one best at this metric
     examples: ExampleFormat
-    target: Target
+    target: TargetKind
     second_text: SecondText = "never"
     # lmlab family → the Hugging Face class a run fine-tuned for it exports to
     hf_classes: Mapping[str, str] = field(default_factory=dict)

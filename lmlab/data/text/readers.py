@@ -31,8 +31,8 @@ from lmlab.data.text.row_formats import (
     ROW_READERS,
     ReadOptions,
     ReadStats,
+    Record,
     Records,
-    Row,
     check_text,
     file_format,
     lines,
@@ -40,7 +40,7 @@ from lmlab.data.text.row_formats import (
     replace_invalid,
 )
 
-__all__ = ["ReadOptions", "ReadStats", "Row", "expand_sources", "file_format", "read_file",
+__all__ = ["ReadOptions", "ReadStats", "Record", "expand_sources", "file_format", "read_file",
            "read_lines", "read_rows", "read_sources", "source_files"]
 
 DEFAULTS = ReadOptions()
@@ -81,7 +81,7 @@ def expand_sources(sources: Sequence[str]) -> list[Path]:
 
 
 def _rows(path: Path, options: ReadOptions, records: Records, columns: Sequence[str] | None,
-          as_format: str | None) -> Iterator[Row]:
+          as_format: str | None) -> Iterator[Record]:
     """The file's rows as read, invalid bytes still escaped: the caller keeps or rejects each."""
     kind = as_format or file_format(path)
     if kind is None:
@@ -98,7 +98,7 @@ def _rows(path: Path, options: ReadOptions, records: Records, columns: Sequence[
 
 def read_rows(path: str | Path, options: ReadOptions = DEFAULTS,
               stats: ReadStats | None = None, *, columns: Sequence[str] | None = None,
-              as_format: str | None = None) -> Iterator[Row]:
+              as_format: str | None = None) -> Iterator[Record]:
     """Stream the rows of one file, counting into `stats`.
 
     `columns` are those a table (CSV, TSV, Parquet) must have; for Parquet, the only ones read.
@@ -108,7 +108,7 @@ def read_rows(path: str | Path, options: ReadOptions = DEFAULTS,
     path = Path(path)
     records = Records(path, options, ReadStats() if stats is None else stats)
     for line, fields in _rows(path, options, records, columns, as_format):
-        yield Row(line, records.accept(fields))
+        yield Record(line, records.accept(fields))
     records.finish()
 
 
@@ -132,7 +132,7 @@ def read_lines(path: str | Path, stats: ReadStats | None = None) -> Iterator[tup
 # ---------------------------------------------------------------- text documents
 
 
-def _text_of(row: Row, options: ReadOptions, records: Records) -> str | None:
+def _text_of(row: Record, options: ReadOptions, records: Records) -> str | None:
     """The text field of one row, or None after counting why it has none."""
     name, fields = options.text_field, row.fields
     if name not in fields:

@@ -60,7 +60,7 @@ class ReadStats:
     skipped: Counter = field(default_factory=Counter)  # reason -> records skipped
 
 
-class Row(NamedTuple):
+class Record(NamedTuple):
     line: int | None  # where the record starts: its line, or a Parquet row's number
     fields: dict[str, object]
 
@@ -157,10 +157,10 @@ class Records:
         self.stats.skipped[reason] += 1
         self.first_bad = self.first_bad or error
 
-    def an_object(self, value: object, line: int) -> Row | None:
+    def an_object(self, value: object, line: int) -> Record | None:
         """A JSON value as a row, or None after counting that it is no object."""
         if isinstance(value, dict):
-            return Row(line, value)
+            return Record(line, value)
         self.reject("not_an_object", f"expected a JSON object, got {type(value).__name__}",
                     line)
         return None
@@ -187,25 +187,25 @@ def check_columns(wanted: Sequence[str] | None, columns: Sequence[str], path: Pa
 
 
 def _txt_rows(path: Path, options: ReadOptions, records: Records,
-              columns: Sequence[str] | None) -> Iterator[Row]:
+              columns: Sequence[str] | None) -> Iterator[Record]:
     key = options.text_field
     with open_bytes(path) as stream:
         if not options.blank_line_documents:
-            yield Row(1, {key: decode(stream.read()).removeprefix("\ufeff")})
+            yield Record(1, {key: decode(stream.read()).removeprefix("\ufeff")})
             return
         paragraph: list[str] = []
         for number, line in lines(stream):
             if line.strip():
                 paragraph.append(line.rstrip("\r\n"))
             elif paragraph:
-                yield Row(number - len(paragraph), {key: "\n".join(paragraph)})
+                yield Record(number - len(paragraph), {key: "\n".join(paragraph)})
                 paragraph = []
         if paragraph:
-            yield Row(number + 1 - len(paragraph), {key: "\n".join(paragraph)})
+            yield Record(number + 1 - len(paragraph), {key: "\n".join(paragraph)})
 
 
 def _jsonl_rows(path: Path, options: ReadOptions, records: Records,
-                columns: Sequence[str] | None) -> Iterator[Row]:
+                columns: Sequence[str] | None) -> Iterator[Record]:
     with open_bytes(path) as stream:
         for number, line in lines(stream):
             if not line.strip():
@@ -220,7 +220,7 @@ def _jsonl_rows(path: Path, options: ReadOptions, records: Records,
 
 
 def _json_rows(path: Path, options: ReadOptions, records: Records,
-               columns: Sequence[str] | None) -> Iterator[Row]:
+               columns: Sequence[str] | None) -> Iterator[Record]:
     with io.TextIOWrapper(open_bytes(path), encoding="utf-8-sig",
                           errors="surrogateescape") as stream:
         for line, value in json_values(stream, path):
@@ -271,7 +271,7 @@ def _parse_problem(error: csv.Error, ran_out: bool) -> str:
 
 
 def _delimited_rows(path: Path, options: ReadOptions, records: Records,
-                    columns: Sequence[str] | None, delimiter: str) -> Iterator[Row]:
+                    columns: Sequence[str] | None, delimiter: str) -> Iterator[Record]:
     """Rows keyed by the header (names stripped); a row of blank cells is no record."""
     # Documents are longer than csv's default 128 KiB field limit; the limit is process-wide,
     # and raising it only lets more through.
@@ -288,11 +288,11 @@ def _delimited_rows(path: Path, options: ReadOptions, records: Records,
                 records.reject("wrong_width", f"{len(cells)} fields, the header has "
                                f"{len(header)}", start)
             else:
-                yield Row(start, dict(zip(header, cells, strict=True)))
+                yield Record(start, dict(zip(header, cells, strict=True)))
 
 
 def _parquet_rows(path: Path, options: ReadOptions, records: Records,
-                  columns: Sequence[str] | None) -> Iterator[Row]:
+                  columns: Sequence[str] | None) -> Iterator[Record]:
     import pyarrow  # heavy, and only Parquet sources need it
     import pyarrow.parquet
 
@@ -305,11 +305,11 @@ def _parquet_rows(path: Path, options: ReadOptions, records: Records,
     for batch in table.iter_batches(PARQUET_BATCH_ROWS, columns=columns and list(columns)):
         for fields in batch.to_pylist():
             number += 1
-            yield Row(number, {name: decode(value) if isinstance(value, bytes) else value
+            yield Record(number, {name: decode(value) if isinstance(value, bytes) else value
                                for name, value in fields.items()})
 
 
-ROW_READERS: dict[str, Callable[..., Iterator[Row]]] = {
+ROW_READERS: dict[str, Callable[..., Iterator[Record]]] = {
     ".txt": _txt_rows, ".jsonl": _jsonl_rows, ".json": _json_rows,
     ".csv": partial(_delimited_rows, delimiter=","),
     ".tsv": partial(_delimited_rows, delimiter="\t"),
