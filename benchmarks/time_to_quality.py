@@ -87,6 +87,7 @@ CANDIDATES = {
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
     "unet skips": Recipe(overrides={"unet_skips": True}),
     "value embeddings": Recipe(overrides={"value_embeddings": 2}),  # every layer of a mini
+    "bigram hash": Recipe(overrides={"bigram_hash": 16384}),  # twice the data's vocabulary
     # modded-nanogpt warms Muon's momentum up over 300 of its ~1,750 steps; a run here takes
     # 70-100 steps, so about the same share. With Muon, which the plain baseline lacks: compare
     # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).

@@ -106,6 +106,8 @@ class LanguageModel(nn.Module):
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
         if not include_embeddings:
-            tables = (self.backbone.token_embedding, self.backbone.value_embeddings)
-            total -= sum(p.numel() for table in tables for p in table.parameters())
+            tables = (self.backbone.token_embedding, self.backbone.value_embeddings,
+                      self.backbone.bigram_embedding)
+            total -= sum(p.numel() for table in tables if table is not None
+                         for p in table.parameters())
         return total
