@@ -93,6 +93,7 @@ CANDIDATES = {
     # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).
     "muon momentum warm-up": Recipe(("--optimizer", "muon",
                                      "--muon-momentum-warmup-steps", "15")),
+    "untie late": Recipe(("--untie-at", "0.67")),  # modded-nanogpt's two thirds
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
     "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),

@@ -93,7 +93,7 @@ SURFACE = {
                  "--precision", "--prefix-len", "--random-prob", "--report-to", "--resume",
                  "--rtd-generator", "--rtd-sharing", "--rtd-weight", "--schedule",
                  "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
-                 "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
+                 "--tokens", "--untie-at", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }
 PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern", "modernbert")

@@ -187,6 +187,10 @@ class TrainConfig(LoopConfig):
         None, "with --init: steps that train only the heads the source lacks, its body "
               "frozen, before everything trains; none = 10% of the run when a head is new")
     seq_len: int = documented(128, "tokens per training row")
+    untie_at: float | None = documented(
+        None, "with a tied head: at this fraction of the steps the output head becomes a copy "
+              "of the token embedding, trained apart from it from then on (modded-nanogpt); "
+              "none = as the model is configured throughout")
     num_workers: int = documented(0, "data-loading worker processes")
     steps: int | None = documented(None, "a step budget (0 with --init: the source as it "
                                                  "came, validated and saved)")
@@ -240,4 +244,7 @@ class TrainConfig(LoopConfig):
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")
+        if self.untie_at is not None and not 0 < self.untie_at < 1:
+            raise ValueError(f"untie_at is a fraction of the run's steps, between 0 and 1, "
+                             f"got {self.untie_at}")
         self.budget  # noqa: B018 — checked as it is read

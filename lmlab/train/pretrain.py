@@ -46,6 +46,7 @@ from lmlab.train.setup import (
     training,
 )
 from lmlab.train.step import one_step_seconds
+from lmlab.train.untie import check_untie
 from lmlab.train.validation import ValidationWarnings, headline_loss, validate
 from lmlab.train.warm_start import (
     NEW_WEIGHTS_LR,
@@ -100,6 +101,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     new_heads = _checked_new_heads(cfg, env, plan, source)
+    check_untie(cfg.untie_at, model, env.distributed)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
@@ -126,7 +128,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     with made_ahead:
         run_training(training(
             cfg, env, model, out, started, objective=objective, data=data,
-            schedule=schedule, head_warmup=head_warmup,
+            schedule=schedule, head_warmup=head_warmup, untie_at=cfg.untie_at,
             validate=_validation(model, plan, env, cfg.precision, texts),
             validate_at_start=source is not None,
             warnings=ValidationWarnings(plan.eval_objectives),
