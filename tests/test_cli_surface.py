@@ -92,7 +92,8 @@ SURFACE = {
                  "--patience",
                  "--precision", "--prefix-len", "--random-prob", "--report-to", "--resume",
                  "--rtd-generator", "--rtd-sharing", "--rtd-weight", "--schedule",
-                 "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
+                 "--seed", "--seq-len", "--seq-len-warmup-steps", "--span-mean-length",
+                 "--span-noise-density", "--steps",
                  "--tokens", "--untie-at", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }

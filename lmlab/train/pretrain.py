@@ -30,6 +30,7 @@ from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline, deadline_eval_batches
+from lmlab.train.growth import WHOLE_ROWS, GrowingRows
 from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.loop import run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
@@ -61,11 +62,13 @@ from lmlab.train.warm_start import (
 
 
 class PretrainingData:
-    """Micro-batches of packed blocks, each made into the objective's batch."""
+    """Micro-batches of packed blocks, each read as `rows` says at the step and made into the
+    objective's batch."""
 
     def __init__(self, blocks: BlockBatches, objective: Objective, accumulation: int,
-                 num_workers: int) -> None:
+                 num_workers: int, rows: GrowingRows = WHOLE_ROWS) -> None:
         self.blocks, self.objective, self.accumulation = blocks, objective, accumulation
+        self.rows = rows
         self.stream = iter(DataLoader(blocks, batch_size=None, num_workers=num_workers))
         self.last = None
 
@@ -73,7 +76,8 @@ class PretrainingData:
         batches = []
         for _ in range(self.accumulation):
             self.last = next(self.stream)
-            batches.append(self.objective.make_batch(self.last.tokens, generator, step))
+            tokens = self.rows.of(self.last.tokens, step)
+            batches.append(self.objective.make_batch(tokens, generator, step))
         return batches
 
     def state_dict(self) -> dict:
@@ -145,7 +149,8 @@ def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
     """(the loop's step data, a context that stops it): on a GPU, the batches made ahead in a
     background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
     the step itself keeps busy, made by the loop as it needs them."""
-    data = PretrainingData(blocks, objective, accumulation, cfg.num_workers)
+    data = PretrainingData(blocks, objective, accumulation, cfg.num_workers,
+                           GrowingRows(cfg.seq_len_warmup_steps))
     if env.device.type != "cuda":
         return data, contextlib.nullcontext()
     ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)
