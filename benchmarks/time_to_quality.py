@@ -95,6 +95,7 @@ CANDIDATES = {
                                      "--muon-momentum-warmup-steps", "15")),
     "untie late": Recipe(("--untie-at", "0.67")),  # modded-nanogpt's two thirds
     "seq-len warm-up": Recipe(("--seq-len-warmup-steps", "20")),  # a quarter of a run here
+    "batch-size warm-up": Recipe(("--batch-size-warmup-steps", "20")),
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
     "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),

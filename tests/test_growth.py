@@ -1,5 +1,6 @@
 """Warm-ups of what a pre-training step reads: the sequence length (rows cut into 4, 3, 2
-pieces, then whole, tokens per step about the same). Off, a step reads its blocks exactly as
+pieces, then whole, tokens per step about the same) and the batch size (the first rows of each
+micro-batch, from a quarter to all). Off, a step reads its blocks exactly as
 before; on, a resumed run continues as the uninterrupted one, and validation reads whole
 rows."""
 
@@ -11,7 +12,7 @@ import torch
 from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import growth
 from lmlab.train import pretrain as pretraining
-from lmlab.train.growth import GrowingRows, pieces_per_row
+from lmlab.train.growth import GrowingRows, pieces_per_row, rows_read
 from tests.test_resume_rules import config, dataset, train_rows  # noqa: F401
 
 
@@ -30,6 +31,21 @@ def test_rows_are_cut_into_their_pieces_in_order():
     assert GrowingRows(seq_len_warmup_steps=10).of(tokens, 2).shape == (6, 4)  # thirds
     assert GrowingRows(seq_len_warmup_steps=10).of(tokens, 10) is tokens
     assert GrowingRows().of(tokens, 0) is tokens  # off: the block as it came
+
+
+def test_rows_read_follow_a_line_from_a_quarter_of_the_batch_to_all_of_it():
+    assert [rows_read(step, 4, 8) for step in range(6)] == [2, 3, 5, 6, 8, 8]
+    assert rows_read(0, 4, 2) == 1  # at least one row
+    assert all(rows_read(step, 0, 8) == 8 for step in (0, 3))  # no warm-up
+
+
+def test_both_warmups_read_the_first_rows_then_cut_them():
+    tokens = torch.arange(32).view(4, 8)
+    both = GrowingRows(seq_len_warmup_steps=4, batch_size_warmup_steps=4).of(tokens, 0)
+    assert both.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]  # row 0 of 4, in quarters
+    assert GrowingRows(batch_size_warmup_steps=4).of(tokens, 2).tolist() == (
+        tokens[:2].tolist())
+    assert GrowingRows(batch_size_warmup_steps=4).of(tokens, 4) is tokens
 
 
 @pytest.fixture
@@ -83,6 +99,26 @@ def test_a_resume_inside_the_warmup_continues_it(tmp_path, dataset, read):  # no
     assert learnt[0] == learnt[1]
 
 
+def test_the_batch_warmup_reads_a_growing_share_and_a_resume_continues_it(
+        tmp_path, dataset, read):  # noqa: F811
+    changes = {"seq_len_warmup_steps": 0, "batch_size_warmup_steps": 4}
+    whole = pretraining.pretrain(warmup_config(tmp_path / "whole", **changes), dataset)
+    assert read["steps"] == [(2, 32), (3, 32), (5, 32), (6, 32), (8, 32), (8, 32)]
+    tokens = [row["tokens"] for row in train_rows(tmp_path / "whole")]
+    assert [b - a for a, b in zip([0, *tokens], tokens, strict=False)] == [
+        32 * rows for rows in (2, 3, 5, 6, 8, 8)]
+    cut = tmp_path / "cut" / "run"
+    shutil.copytree(whole, cut)
+    for later in list_checkpoints(cut / "checkpoints")[1:]:
+        shutil.rmtree(later)
+    read["steps"].clear()
+    pretraining.pretrain(warmup_config(tmp_path / "cut", resume=True, **changes), dataset)
+    assert read["steps"] == [(5, 32), (6, 32), (8, 32), (8, 32)]
+    learnt = [[(row["step"], row["loss"], row["tokens"]) for row in train_rows(tmp_path / run)]
+              for run in ("whole", "cut")]
+    assert learnt[0] == learnt[1]
+
+
 def test_the_warmup_is_refused_where_rows_cannot_be_cut(tmp_path, dataset):  # noqa: F811
     with pytest.raises(ValueError, match="reads whole sentence pairs a row") as error:
         pretraining.pretrain(warmup_config(tmp_path, objective="mlm+nsp", model="bert-tiny"),
@@ -91,6 +127,7 @@ def test_the_warmup_is_refused_where_rows_cannot_be_cut(tmp_path, dataset):  # n
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="needs a --seq-len of at least 8, got 7"):
         config(tmp_path, seq_len_warmup_steps=3, seq_len=7)
-    with pytest.raises(ValueError, match="seq_len_warmup_steps must be 0 or more"):
-        config(tmp_path, seq_len_warmup_steps=-1)
+    for name in ("seq_len_warmup_steps", "batch_size_warmup_steps"):
+        with pytest.raises(ValueError, match=f"{name} must be 0 or more"):
+            config(tmp_path, **{name: -1})
     assert growth.WARMUP_START_DIVISOR == 4

@@ -194,6 +194,10 @@ class TrainConfig(LoopConfig):
            "steps, each row cut into 4, 3, then 2 pieces: tokens per step stay about the "
            "same, in more, shorter rows; validation reads whole rows; 0 = whole rows "
            "throughout")
+    batch_size_warmup_steps: int = documented(
+        0, "a step reads a quarter of --batch-size at first, rising in a straight line to all "
+           "of it over this many steps: the first rows of each micro-batch, the others skipped "
+           "(not read later); 0 = the whole batch throughout")
     untie_at: float | None = documented(
         None, "with a tied head: at this fraction of the steps the output head becomes a copy "
               "of the token embedding, trained apart from it from then on (modded-nanogpt); "
@@ -251,9 +255,9 @@ class TrainConfig(LoopConfig):
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")
-        if self.seq_len_warmup_steps < 0:
-            raise ValueError(f"seq_len_warmup_steps must be 0 or more, got "
-                             f"{self.seq_len_warmup_steps}")
+        for name in ("seq_len_warmup_steps", "batch_size_warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.seq_len_warmup_steps and self.seq_len < 2 * WARMUP_START_DIVISOR:
             raise ValueError(f"--seq-len-warmup-steps starts at a quarter of --seq-len, which "
                              f"needs a --seq-len of at least {2 * WARMUP_START_DIVISOR}, got "

@@ -150,7 +150,7 @@ def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
     background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
     the step itself keeps busy, made by the loop as it needs them."""
     data = PretrainingData(blocks, objective, accumulation, cfg.num_workers,
-                           GrowingRows(cfg.seq_len_warmup_steps))
+                           GrowingRows(cfg.seq_len_warmup_steps, cfg.batch_size_warmup_steps))
     if env.device.type != "cuda":
         return data, contextlib.nullcontext()
     ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)
