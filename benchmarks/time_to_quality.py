@@ -93,7 +93,7 @@ CANDIDATES = {
     # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).
     "muon momentum warm-up": Recipe(("--optimizer", "muon",
                                      "--muon-momentum-warmup-steps", "15")),
-    "untie late": Recipe(("--untie-at", "0.67")),  # modded-nanogpt's two thirds
+    "untie late": Recipe(("--untie-at", "0.67")),  # two thirds into the run
     "seq-len warm-up": Recipe(("--seq-len-warmup-steps", "20")),  # a quarter of a run here
     "batch-size warm-up": Recipe(("--batch-size-warmup-steps", "20")),
     "wsd schedule": Recipe(("--schedule", "wsd")),
