@@ -87,11 +87,15 @@ CANDIDATES = {
     "logit soft-cap 15": Recipe(overrides={"logit_softcap": 15.0}),
     "unet skips": Recipe(overrides={"unet_skips": True}),
     "value embeddings": Recipe(overrides={"value_embeddings": 2}),  # every layer of a mini
+    "bigram hash": Recipe(overrides={"bigram_hash": 16384}),  # twice the data's vocabulary
     # modded-nanogpt warms Muon's momentum up over 300 of its ~1,750 steps; a run here takes
     # 70-100 steps, so about the same share. With Muon, which the plain baseline lacks: compare
     # it with "muon" there, or run it --on-defaults for causal LM (Muon by default).
     "muon momentum warm-up": Recipe(("--optimizer", "muon",
                                      "--muon-momentum-warmup-steps", "15")),
+    "untie late": Recipe(("--untie-at", "0.67")),  # two thirds into the run
+    "seq-len warm-up": Recipe(("--seq-len-warmup-steps", "20")),  # a quarter of a run here
+    "batch-size warm-up": Recipe(("--batch-size-warmup-steps", "20")),
     "wsd schedule": Recipe(("--schedule", "wsd")),
     "lr 2e-3": Recipe(("--lr", "2e-3")),
     "embedding lr x10": Recipe(("--embedding-lr-scale", "10")),

@@ -77,7 +77,8 @@ SURFACE = {
                 "--seed", "--sentence-split", "--sentinels", "--strict", "--tasks",
                 "--text-field", "--tokenizer", "--validation-fraction", "--verbose",
                 "--vocab-size", "--workers"],
-    "pretrain": ["--activation-checkpointing", "--batch-size", "--beta2", "--checkpoint-every",
+    "pretrain": ["--activation-checkpointing", "--batch-size", "--batch-size-warmup-steps",
+                 "--beta2", "--checkpoint-every",
                  "--compile", "--config", "--data", "--distributed", "--embedding-lr-scale",
                  "--eval-batches",
                  "--eval-every", "--grad-clip",
@@ -92,8 +93,9 @@ SURFACE = {
                  "--patience",
                  "--precision", "--prefix-len", "--random-prob", "--report-to", "--resume",
                  "--rtd-generator", "--rtd-sharing", "--rtd-weight", "--schedule",
-                 "--seed", "--seq-len", "--span-mean-length", "--span-noise-density", "--steps",
-                 "--tokens", "--warmup-steps", "--weight-decay", "--whole-word"],
+                 "--seed", "--seq-len", "--seq-len-warmup-steps", "--span-mean-length",
+                 "--span-noise-density", "--steps",
+                 "--tokens", "--untie-at", "--warmup-steps", "--weight-decay", "--whole-word"],
     "serve": ["--device", "--help", "--host", "--max-generations", "--port"],
 }
 PRESETS = [f"{family}-{size}" for family in ("bert", "gpt2", "modern", "modernbert")

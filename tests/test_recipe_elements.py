@@ -1,7 +1,7 @@
 """Modded-nanogpt's recipe elements that add weights to the model, each against what it
-promises: U-net skips and value embeddings. Each is proven against a forward written out by
-hand or an equal change of weights, exactly off when off, through the KV cache and a saved
-run, and refused by every export format."""
+promises: U-net skips, value embeddings and the bigram hash embedding. Each is proven against
+a forward written out by hand or an equal change of weights, exactly off when off, through the
+KV cache and a saved run, and refused by every export format."""
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from lmlab.distill.student import cut_from
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
 from lmlab.model.heads import make_head
+from lmlab.model.layers import bigram_rows
 from lmlab.runs.run import load_run
 from tests.hf_runs import pretrained_run
 from tests.test_kv_cache import decode_and_compare
@@ -18,7 +19,9 @@ from tests.test_kv_cache import decode_and_compare
 VOCAB = 50
 CAUSAL = MaskSpec("causal")
 # Each element's switch, on; the elements' tests below run for each.
-ELEMENTS = {"unet_skips": dict(unet_skips=True), "value_embeddings": dict(value_embeddings=1)}
+ELEMENTS = {"unet_skips": dict(unet_skips=True), "value_embeddings": dict(value_embeddings=1),
+            "bigram_hash": dict(bigram_hash=64)}
+PAIRING_LAYERS = ("unet_skips", "value_embeddings")  # the elements that pair layers by depth
 
 
 def model(family="modern", n_layers=4, seed=0, **changes) -> LanguageModel:
@@ -35,6 +38,11 @@ def embedded(m: LanguageModel, x: torch.Tensor) -> torch.Tensor:
     backbone = m.backbone
     positions = torch.arange(x.shape[1])
     h = backbone.token_embedding(x)
+    if backbone.bigram_embedding is not None:  # modded-nanogpt's hash of (previous, current)
+        before = torch.cat((x[:, :1], x[:, :-1]), dim=1)
+        rows = ((36313 * x) ^ (27191 * before)) % (backbone.cfg.bigram_hash - 1)
+        rows[:, 0] = backbone.cfg.bigram_hash - 1  # the first token: nothing before it
+        h = h + backbone.bigram_embedding.weight[rows]
     if backbone.position_embedding is not None:
         h = h + backbone.position_embedding(positions)
     if backbone.token_type_embedding is not None:
@@ -205,7 +213,7 @@ def test_every_export_format_refuses_the_element_in_one_line(tmp_path, element, 
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("element", ELEMENTS)
+@pytest.mark.parametrize("element", PAIRING_LAYERS)
 def test_distilling_by_cutting_layers_is_refused_in_one_line(element):
     teacher = model(n_layers=4, **ELEMENTS[element])
     with pytest.raises(ValueError, match="--layers cuts models without") as error:
@@ -222,3 +230,89 @@ def test_recomputed_blocks_give_the_same_gradients_with_every_element():
 
     plain, recomputed = gradients(False), gradients(True)
     assert all(torch.equal(plain[name], recomputed[name]) for name in plain)
+
+
+def test_bigram_rows_hash_each_token_with_the_one_before_it():
+    x = torch.tensor([[3, 7, 7, 2, 9]])
+    pairs = [(3, 7), (7, 7), (7, 2), (2, 9)]  # (previous, current) of positions 1..4
+    hashed = [((36313 * now) ^ (27191 * before)) % 99 for before, now in pairs]
+    assert bigram_rows(x, 100).tolist() == [[99, *hashed]]  # the first has none before it
+    assert bigram_rows(x, 100, previous=torch.tensor([5])).tolist()[0][0] == (
+        (36313 * 3) ^ (27191 * 5)) % 99  # a cache's last token
+    assert len(set(bigram_rows(torch.tensor([[a, 4] for a in range(20)]), 1000)[:, 1].tolist())) > 1
+
+
+def test_bigram_rows_restart_at_documents_and_after_padding():
+    x = torch.tensor([[3, 7, 2, 9, 4]])
+    documents = torch.tensor([[1, 1, 2, 2, 2]])
+    rows = bigram_rows(x, 100, segments=documents)
+    assert rows[0, 0] == rows[0, 2] == 99  # each document's first token
+    assert torch.equal(rows[:, 3:], bigram_rows(x[:, 2:], 100)[:, 1:])
+    padded = torch.tensor([[0, 0, 3, 7, 2]])
+    assert torch.equal(bigram_rows(padded, 100, segments=torch.tensor([[0, 0, 1, 1, 1]]))[:, 2:],
+                       bigram_rows(padded[:, 2:], 100))  # left padding: as if unpadded
+    step = bigram_rows(torch.tensor([[5]]), 100, previous=torch.tensor([2]),
+                       segments=torch.tensor([[1, 1, 2]]))  # a cached step, a new document
+    assert step.tolist() == [[99]]
+
+
+@pytest.mark.parametrize("family", ["modern", "gpt2", "bert"])
+def test_the_bigram_table_is_added_to_the_token_embedding(family):
+    m = model(family, bigram_hash=64)
+    assert m.backbone.bigram_embedding.weight.shape == (64, 64)
+    with torch.no_grad():
+        hidden = m(ids(), CAUSAL)["hidden"]
+        torch.testing.assert_close(hidden, by_hand(m, ids(), {}))
+        m.backbone.bigram_embedding.weight.zero_()
+        assert not torch.allclose(hidden, m(ids(), CAUSAL)["hidden"], atol=1e-4)
+
+
+def test_the_output_reads_the_previous_token_through_the_table_and_no_later_one():
+    m = model(n_layers=1, bigram_hash=64)
+    x = ids()
+    changed = x.clone()
+    changed[:, 5] = (x[:, 5] + 1) % VOCAB
+    with torch.no_grad():
+        first = m(x, CAUSAL)["hidden"]
+        assert torch.equal(m(changed, CAUSAL)["hidden"][:, :5], first[:, :5])  # causal
+        mixing = m.backbone.blocks[0].attn.out.weight
+        mixing.zero_()  # attention passes nothing on: only the table reads position 5
+        alone = m(x, CAUSAL)["hidden"]
+        moved = m(changed, CAUSAL)["hidden"]
+        assert not torch.equal(moved[:, 6], alone[:, 6])  # position 6 reads token 5
+        assert torch.equal(moved[:, 7:], alone[:, 7:])
+        m.backbone.bigram_embedding.weight.zero_()  # the table off: position 6 no longer moves
+        assert torch.equal(m(changed, CAUSAL)["hidden"][:, 6], m(x, CAUSAL)["hidden"][:, 6])
+
+
+def test_bigram_hash_off_is_the_plain_forward_and_adds_no_weights():
+    plain, added = model(), model(bigram_hash=64)
+    assert set(added.state_dict()) - set(plain.state_dict()) == {
+        "backbone.bigram_embedding.weight"}
+    assert plain.backbone.bigram_embedding is None
+    added.load_state_dict(plain.state_dict(), strict=False)  # the same weights, the table at 0
+    with torch.no_grad():
+        added.backbone.bigram_embedding.weight.zero_()
+        assert torch.equal(plain(ids(), CAUSAL)["hidden"], by_hand(plain, ids(), {}))
+        assert torch.equal(added(ids(), CAUSAL)["lm"], plain(ids(), CAUSAL)["lm"])
+    assert "bigram_hash" not in plain.cfg.to_dict()
+    assert plain.num_parameters(False) == added.num_parameters(False)  # the table: an embedding
+    for size in (-1, 1):
+        with pytest.raises(ValueError, match="bigram_hash must be 0 .off. or at least 2 rows"):
+            plain.cfg.with_changes(bigram_hash=size)
+
+
+def test_cutting_layers_keeps_the_bigram_table():
+    teacher = model(n_layers=4, bigram_hash=64)
+    student = cut_from(teacher, 2, lambda cfg: {"lm": make_head("lm", cfg)})
+    assert torch.equal(student.backbone.bigram_embedding.weight,
+                       teacher.backbone.bigram_embedding.weight)
+
+
+def test_cached_decoding_of_left_padded_prompts_reads_bigrams_as_unpadded():
+    m = model(n_layers=2, bigram_hash=64)
+    x = torch.randint(0, VOCAB, (2, 10), generator=torch.Generator().manual_seed(2))
+    segments = torch.ones_like(x)
+    segments[1, :3] = 0  # the second prompt is padded on the left
+    decode_and_compare(m, x, prompt_len=6, segments=segments,
+                       mask_for=lambda seg: MaskSpec("causal", segment_ids=seg))

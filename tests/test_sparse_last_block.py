@@ -37,7 +37,8 @@ def logits_and_gradients(model, ids, mask, at, sparse: bool):
 
 @pytest.mark.parametrize("family, head", [("bert", "mlm"), ("gpt2", "lm"), ("modern", "lm")])
 @pytest.mark.parametrize("recompute", [False, True])
-@pytest.mark.parametrize("switches", [{}, dict(unet_skips=True, value_embeddings=1)])
+@pytest.mark.parametrize("switches", [{}, dict(unet_skips=True, value_embeddings=1,
+                                                  bigram_hash=64)])
 def test_the_last_block_at_chosen_rows_equals_the_full_model(family, head, recompute, switches):
     torch.manual_seed(0)
     model = LanguageModel(preset(f"{family}-tiny", VOCAB, LENGTH, dropout=0.0, **switches),

@@ -23,7 +23,7 @@ SIZE_OVERRIDES = ("n_kv_heads", "head_size", "ffn_size")
 # defaults, so that such a run still compares equal to its own configuration on resuming.
 LATER_FIELDS = (*SIZE_OVERRIDES, "qk_norm", "logit_softcap", "zero_init_projections",
                 "embedding_norm", "head_transform", "unet_skips",
-                "value_embeddings")
+                "value_embeddings", "bigram_hash")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class ModelConfig:
     # tables of value embeddings: table j is added to the attention values of layers j and
     # n_layers-1-j, times a learnt scalar per layer (at most n_layers // 2 tables)
     value_embeddings: int = 0
+    # rows of a table indexed by a hash of each token and the one before it, added to the token
+    # embedding (0 = no table)
+    bigram_hash: int = 0
     # ModernBERT's layout (Warner et al. 2024): the embeddings normalised once, so a pre-norm
     # model's first block reads them without an attention norm of its own; and task heads
     # (classify, tag, span) reading through a dense → GELU → norm transform, as its MLM head
@@ -95,6 +98,9 @@ class ModelConfig:
         if not 0 <= self.value_embeddings <= self.n_layers // 2:
             raise ValueError(f"value_embeddings must be between 0 and n_layers // 2 = "
                              f"{self.n_layers // 2}, got {self.value_embeddings}")
+        if self.bigram_hash < 0 or self.bigram_hash == 1:  # one row for hashes, one for none
+            raise ValueError(f"bigram_hash must be 0 (off) or at least 2 rows, got "
+                             f"{self.bigram_hash}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 

@@ -19,6 +19,8 @@ from lmlab.config.budget import DEADLINE_VALIDATIONS, Budget
 from lmlab.config.fields import check_choices, documented
 from lmlab.config.objective_options import ObjectiveOptions
 
+# The warm-ups of what a step reads start at 1/WARMUP_START_DIVISOR of the full size.
+WARMUP_START_DIVISOR = 4
 # Steps between validations when neither the run nor its time budget decides.
 EVAL_EVERY_STEPS = 200
 # Experiment trackers --report-to feeds (Hugging Face's names); lmlab/train/trackers.py.
@@ -187,6 +189,19 @@ class TrainConfig(LoopConfig):
         None, "with --init: steps that train only the heads the source lacks, its body "
               "frozen, before everything trains; none = 10% of the run when a head is new")
     seq_len: int = documented(128, "tokens per training row")
+    seq_len_warmup_steps: int = documented(
+        0, "training rows start at a quarter of --seq-len and grow to it over this many "
+           "steps, each row cut into 4, 3, then 2 pieces: tokens per step stay about the "
+           "same, in more, shorter rows; validation reads whole rows; 0 = whole rows "
+           "throughout")
+    batch_size_warmup_steps: int = documented(
+        0, "a step reads a quarter of --batch-size at first, rising in a straight line to all "
+           "of it over this many steps: the first rows of each micro-batch, the others skipped "
+           "(not read later); 0 = the whole batch throughout")
+    untie_at: float | None = documented(
+        None, "with a tied head: at this fraction of the steps the output head becomes a copy "
+              "of the token embedding, trained apart from it from then on (modded-nanogpt); "
+              "none = as the model is configured throughout")
     num_workers: int = documented(0, "data-loading worker processes")
     steps: int | None = documented(None, "a step budget (0 with --init: the source as it "
                                                  "came, validated and saved)")
@@ -240,4 +255,14 @@ class TrainConfig(LoopConfig):
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")
+        for name in ("seq_len_warmup_steps", "batch_size_warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.seq_len_warmup_steps and self.seq_len < 2 * WARMUP_START_DIVISOR:
+            raise ValueError(f"--seq-len-warmup-steps starts at a quarter of --seq-len, which "
+                             f"needs a --seq-len of at least {2 * WARMUP_START_DIVISOR}, got "
+                             f"{self.seq_len}")
+        if self.untie_at is not None and not 0 < self.untie_at < 1:
+            raise ValueError(f"untie_at is a fraction of the run's steps, between 0 and 1, "
+                             f"got {self.untie_at}")
         self.budget  # noqa: B018 — checked as it is read

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 # out must stay at ModelConfig's default (the recipe switches: no HF family has them).
 _ARCHITECTURE_SWITCHES = ("norm", "norm_placement", "positions", "activation", "bias",
                           "qk_norm", "logit_softcap", "embedding_norm", "head_transform",
-                          "unet_skips", "value_embeddings")
+                          "unet_skips", "value_embeddings", "bigram_hash")
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 

@@ -28,6 +28,7 @@ class KVCache:
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0
+        self.last_ids: Tensor | None = None  # (B,) each row's latest token: bigrams read it
 
     @property
     def max_len(self) -> int:
@@ -41,8 +42,10 @@ class KVCache:
         self.values[layer, :, :, self.length:end] = values
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
 
-    def advance(self, count: int) -> None:
-        self.length += count
+    def advance(self, input_ids: Tensor) -> None:
+        """Past the (B, T) tokens just read."""
+        self.length += input_ids.shape[1]
+        self.last_ids = input_ids[:, -1]
 
 
 class SelfAttention(nn.Module):

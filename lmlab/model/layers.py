@@ -23,6 +23,32 @@ def value_table(cfg: ModelConfig, layer: int) -> int | None:
     return table if table < cfg.value_embeddings else None
 
 
+# modded-nanogpt's multipliers for hashing a bigram: the current token's, the previous one's
+BIGRAM_MULTIPLIERS = (36313, 27191)
+
+
+def bigram_rows(input_ids: Tensor, table_size: int, previous: Tensor | None = None,
+                segments: Tensor | None = None) -> Tensor:
+    """(B, T) ids → (B, T) rows of a bigram hash table: each token and the one before it,
+    hashed as modded-nanogpt hashes them into rows 0..table_size-2; row table_size-1 for a
+    token with no earlier token in its document. That is the first token, unless `previous`
+    (B,) holds the token before these (a cache's), and each first token after a change of
+    `segments` (the mask's segment ids, (B, S), the inputs' the last T of S)."""
+    length = input_ids.shape[1]
+    first = input_ids[:, :1] if previous is None else previous[:, None]  # (B, 1)
+    before = torch.cat((first, input_ids[:, :-1]), dim=1)  # (B, T): each token's predecessor
+    now_weight, before_weight = BIGRAM_MULTIPLIERS
+    rows = torch.bitwise_xor(now_weight * input_ids, before_weight * before) % (table_size - 1)
+    starts = torch.zeros_like(input_ids, dtype=torch.bool)
+    if segments is not None:
+        edges = segments[:, -length - 1:]  # (B, T + 1), or (B, T) when nothing came before
+        changed = edges[:, 1:] != edges[:, :-1]
+        starts[:, length - changed.shape[1]:] = changed
+    if previous is None:
+        starts[:, 0] = True
+    return rows.masked_fill(starts, table_size - 1)
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)

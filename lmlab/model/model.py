@@ -103,9 +103,32 @@ class LanguageModel(nn.Module):
         (at,) = requests.values()
         return at if isinstance(at, Positions) else None
 
+    def tied_heads(self) -> list[str]:
+        """The heads whose decoder is the token embedding itself (a generator's aside: it
+        shares the table whatever the model ties)."""
+        table = self.backbone.token_embedding.weight
+        return [name for name, head in self.heads.items()
+                if isinstance(head, VocabularyHead) and not head.reads_inputs
+                and head.decoder.weight is table]
+
+    def untie(self) -> dict[nn.Parameter, nn.Parameter]:
+        """Give each of the `tied_heads` a decoder of its own, a copy of the token embedding,
+        and read the model as untied from here on (modded-nanogpt unties its head late in a
+        run). Returns each new decoder weight with the table it copies."""
+        table = self.backbone.token_embedding.weight
+        copies = {}
+        for name in self.tied_heads():
+            decoder = self.heads[name].decoder
+            decoder.weight = nn.Parameter(table.detach().clone())
+            copies[decoder.weight] = table
+        self.cfg = self.backbone.cfg = self.cfg.with_changes(tie_embeddings=False)
+        return copies
+
     def num_parameters(self, include_embeddings: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
         if not include_embeddings:
-            tables = (self.backbone.token_embedding, self.backbone.value_embeddings)
-            total -= sum(p.numel() for table in tables for p in table.parameters())
+            tables = (self.backbone.token_embedding, self.backbone.value_embeddings,
+                      self.backbone.bigram_embedding)
+            total -= sum(p.numel() for table in tables if table is not None
+                         for p in table.parameters())
         return total

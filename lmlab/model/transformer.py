@@ -8,7 +8,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmlab.config import ModelConfig
 from lmlab.model.attention import KVCache, SelfAttention
-from lmlab.model.layers import MLP, Rotary, gather_rows, make_norm, value_table
+from lmlab.model.layers import MLP, Rotary, bigram_rows, gather_rows, make_norm, value_table
 from lmlab.model.masks import MaskSpec
 
 
@@ -70,6 +70,10 @@ class Transformer(nn.Module):
         self.value_embeddings = nn.ModuleList(
             nn.Embedding(cfg.vocab_size, cfg.kv_heads * cfg.head_dim)
             for _ in range(cfg.value_embeddings))
+        # Bigram hash embedding (modded-nanogpt): a table read at a hash of each token and the
+        # one before it (lmlab.model.layers.bigram_rows), added to the token embedding.
+        self.bigram_embedding = (nn.Embedding(cfg.bigram_hash, cfg.d_model)
+                                 if cfg.bigram_hash else None)
         # Recompute each block's activations in the backward pass instead of keeping them:
         # memory for a longer context or a bigger batch, paid with about one more forward.
         self.checkpoint_blocks = False
@@ -89,6 +93,10 @@ class Transformer(nn.Module):
                                  f"{self.cfg.max_seq_len}")
             positions = torch.arange(start, start + length, device=input_ids.device)  # (T,)
         x = self.token_embedding(input_ids)
+        if self.bigram_embedding is not None:
+            previous = cache.last_ids if cache is not None else None
+            x = x + self.bigram_embedding(bigram_rows(input_ids, self.cfg.bigram_hash, previous,
+                                                      mask.segment_ids))
         if self.position_embedding is not None:
             x = x + self.position_embedding(positions)
         if self.token_type_embedding is not None:
@@ -99,7 +107,7 @@ class Transformer(nn.Module):
         tables = [table(input_ids) for table in self.value_embeddings]  # each (B, T, kvh·hs)
         x = self._blocks(x, mask, rotary, cache, keep, tables)
         if cache is not None:
-            cache.advance(length)
+            cache.advance(input_ids)
         return self.final_norm(x)
 
     def _blocks(self, x: Tensor, mask: MaskSpec, rotary, cache: KVCache | None,

@@ -112,6 +112,8 @@ def load_weights(path: Path, model: nn.Module) -> None:
         tensors = current_weights(load_file(str(file)))
     except SafetensorError as error:
         raise DamagedCheckpoint(path, f"{file} is not a safetensors file ({error})") from None
+    if stored_apart(model, set(tensors)):  # a head untied during training (--untie-at)
+        model.untie()
     try:
         missing, unexpected = model.load_state_dict(tensors, strict=False)
     except RuntimeError as error:  # torch lists every tensor of another shape, a line each
@@ -124,13 +126,25 @@ def load_weights(path: Path, model: nn.Module) -> None:
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
 
 
-def tied_to_loaded(model: nn.Module, loaded: set[str]) -> set[str]:
-    """The names of `model`'s parameters not in `loaded` but tied to one that is: a checkpoint
-    stores a tied weight once (`untied`), and loading it sets every name it has."""
+def _names_of_each_parameter(model: nn.Module) -> list[set[str]]:
+    """Every name of each of `model`'s parameters: several for a tied one."""
     names_of: dict[int, set[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
         names_of.setdefault(id(parameter), set()).add(name)
-    return {name for names in names_of.values() if names & loaded for name in names - loaded}
+    return list(names_of.values())
+
+
+def tied_to_loaded(model: nn.Module, loaded: set[str]) -> set[str]:
+    """The names of `model`'s parameters not in `loaded` but tied to one that is: a checkpoint
+    stores a tied weight once (`untied`), and loading it sets every name it has."""
+    return {name for names in _names_of_each_parameter(model) if names & loaded
+            for name in names - loaded}
+
+
+def stored_apart(model: nn.Module, loaded: set[str]) -> bool:
+    """Whether `loaded` holds two names of one of `model`'s tied parameters: weights that
+    were untied after the model was configured tied."""
+    return any(len(names & loaded) > 1 for names in _names_of_each_parameter(model))
 
 
 def load_checkpoint(path: Path, model: nn.Module) -> dict:

@@ -30,6 +30,7 @@ from lmlab.runs.schema import InitRecord, RunConfig
 from lmlab.train import distributed
 from lmlab.train.checkpoint import LoopState
 from lmlab.train.deadline import Deadline, deadline_eval_batches
+from lmlab.train.growth import WHOLE_ROWS, GrowingRows
 from lmlab.train.head_warmup import HeadWarmup
 from lmlab.train.loop import run_training, step_seed
 from lmlab.train.objective_plan import ObjectivePlan, plan_objective
@@ -46,6 +47,7 @@ from lmlab.train.setup import (
     training,
 )
 from lmlab.train.step import one_step_seconds
+from lmlab.train.untie import check_untie
 from lmlab.train.validation import ValidationWarnings, headline_loss, validate
 from lmlab.train.warm_start import (
     NEW_WEIGHTS_LR,
@@ -60,11 +62,13 @@ from lmlab.train.warm_start import (
 
 
 class PretrainingData:
-    """Micro-batches of packed blocks, each made into the objective's batch."""
+    """Micro-batches of packed blocks, each read as `rows` says at the step and made into the
+    objective's batch."""
 
     def __init__(self, blocks: BlockBatches, objective: Objective, accumulation: int,
-                 num_workers: int) -> None:
+                 num_workers: int, rows: GrowingRows = WHOLE_ROWS) -> None:
         self.blocks, self.objective, self.accumulation = blocks, objective, accumulation
+        self.rows = rows
         self.stream = iter(DataLoader(blocks, batch_size=None, num_workers=num_workers))
         self.last = None
 
@@ -72,7 +76,8 @@ class PretrainingData:
         batches = []
         for _ in range(self.accumulation):
             self.last = next(self.stream)
-            batches.append(self.objective.make_batch(self.last.tokens, generator, step))
+            tokens = self.rows.of(self.last.tokens, step)
+            batches.append(self.objective.make_batch(tokens, generator, step))
         return batches
 
     def state_dict(self) -> dict:
@@ -100,6 +105,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     new_heads = _checked_new_heads(cfg, env, plan, source)
+    check_untie(cfg.untie_at, model, env.distributed)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)
@@ -126,7 +132,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     with made_ahead:
         run_training(training(
             cfg, env, model, out, started, objective=objective, data=data,
-            schedule=schedule, head_warmup=head_warmup,
+            schedule=schedule, head_warmup=head_warmup, untie_at=cfg.untie_at,
             validate=_validation(model, plan, env, cfg.precision, texts),
             validate_at_start=source is not None,
             warnings=ValidationWarnings(plan.eval_objectives),
@@ -143,7 +149,8 @@ def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
     """(the loop's step data, a context that stops it): on a GPU, the batches made ahead in a
     background thread and pinned there (lmlab/train/prefetch.py); on the CPU, whose cores
     the step itself keeps busy, made by the loop as it needs them."""
-    data = PretrainingData(blocks, objective, accumulation, cfg.num_workers)
+    data = PretrainingData(blocks, objective, accumulation, cfg.num_workers,
+                           GrowingRows(cfg.seq_len_warmup_steps, cfg.batch_size_warmup_steps))
     if env.device.type != "cuda":
         return data, contextlib.nullcontext()
     ahead = PrefetchedData(data, lambda step: step_seed(cfg.seed, env.rank, step), pin=True)

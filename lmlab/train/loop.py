@@ -42,6 +42,7 @@ from lmlab.train.step import (
 )
 from lmlab.train.stopping import RunStopped, StopRequest
 from lmlab.train.trackers import open_trackers
+from lmlab.train.untie import untie_step, untied
 
 
 class TrainingError(RuntimeError):
@@ -95,6 +96,7 @@ class Training:
     # Continued training: validate the weights as they came, at step 0, before any update.
     validate_at_start: bool = False
     head_warmup: HeadWarmup | None = None  # new heads train alone for its first steps
+    untie_at: float | None = None  # the fraction of the steps where a tied head unties
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -173,6 +175,9 @@ def _step(t: Training, compute_loss, generator: torch.Generator, skipped: Skippe
     state = t.state
     if t.head_warmup is not None:
         t.head_warmup.at(state.step)
+    if (t.untie_at is not None and t.model.cfg.tie_embeddings
+            and state.step >= untie_step(t.untie_at, state.total_steps)):
+        t.optimizer = untied(t.model, t.optimizer, t.cfg)
     lr = t.cfg.lr * t.schedule(state.step)
     set_lr(t.optimizer, lr)
     set_muon_momentum(t.optimizer, muon_momentum(state.step, t.cfg.muon_momentum_warmup_steps))

@@ -27,6 +27,9 @@ class ObjectivePlan:
 def plan_objective(objective: Objective, cfg: TrainConfig,
                    special: SpecialTokens) -> ObjectivePlan:
     layout = _packing(objective, cfg.packing)
+    if cfg.seq_len_warmup_steps and layout == "sentences":
+        raise ValueError(f"--seq-len-warmup-steps cuts rows into pieces, but {objective.title} "
+                         "reads whole sentence pairs a row; leave it out")
     preset = f"{auto_family(objective)}-mini" if cfg.model == "auto" else cfg.model
     return ObjectivePlan(preset, layout, _pad_id(special, layout), tuple(objective.heads),
                          objective.evaluated_leaves())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lmlab.config.training import LoopConfig
+
 
 def parameter_groups(parameters: list[nn.Parameter], model: nn.Module,
                      weight_decay: float, embedding_lr_scale: float = 1.0) -> list[dict]:
@@ -173,6 +175,12 @@ def orthogonalised(matrix: torch.Tensor, coefficients: tuple[float, float, float
         x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     x = x.reshape(shape)
     return x.mT if tall else x
+
+
+def optimizer_for(model: nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer | Optimizers:
+    """`make_optimizer` as a run's config (a LoopConfig, resolved) asks for it."""
+    return make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
+                          name=cfg.optimizer, embedding_lr_scale=cfg.embedding_lr_scale)
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1,

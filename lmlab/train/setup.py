@@ -34,7 +34,7 @@ from lmlab.train.checkpoint import LoopState, load_resume_checkpoint, restore_lo
 from lmlab.train.deadline import Deadline
 from lmlab.train.flops import all_ranks_peak_flops
 from lmlab.train.loop import Training
-from lmlab.train.optim import make_optimizer
+from lmlab.train.optim import optimizer_for
 
 
 def begin(seed: int) -> distributed.Env:
@@ -138,9 +138,7 @@ def start(cfg: LoopConfig, env: distributed.Env, opening: Opening, config: RunCo
     # into the whole model, before sharding
     saved = load_resume_checkpoint(resume_from, model) if resume_from else None
     train_model = distributed.wrap(model, env, cfg.distributed)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, betas=(0.9, cfg.beta2),
-                               name=cfg.optimizer,
-                               embedding_lr_scale=cfg.embedding_lr_scale)
+    optimizer = optimizer_for(model, cfg)
     state = LoopState()
     if saved is not None:
         state = restore_loop_state(saved, resume_from, model, optimizer, env)
