@@ -15,7 +15,7 @@ from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
 from lmlab.runs.checkpoints import checkpoint_name, list_checkpoints, publish_checkpoint, untied
 from lmlab.runs.run import load_run
-from lmlab.train import pretrain as pretraining
+from lmlab.train import entry as pretraining
 from lmlab.train import untie
 from lmlab.train.optim import make_optimizer
 from tests.hf_runs import pretrained_run
