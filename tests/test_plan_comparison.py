@@ -15,19 +15,21 @@ from lmlab.planning.comparison import plan_comparison
 from lmlab.tasks.named import NamedTask
 from tests.test_plan import data  # noqa: F401  (the module-scoped prepared dataset)
 
-STEP, FORWARD = 0.5, 1e-4  # seconds a training step, seconds a forward token
+STEPS = {"clm": 0.5, "mlm": 1.5}  # seconds a training step, by objective
+FORWARD = 1e-4  # seconds a forward token
 
 
 @pytest.fixture()
 def fixed_timings(monkeypatch):
-    """A step of STEP seconds and a forward of FORWARD seconds a token, whatever the load."""
+    """A step of STEPS[objective] seconds and a forward of FORWARD seconds a token, whatever
+    the load."""
     real_plan = comparison.plan
 
-    def timed_plan(*args, **kwargs):
-        found = real_plan(*args, steps_to_time=1, **kwargs)
+    def timed_plan(objective, **kwargs):
+        found = real_plan(objective, steps_to_time=1, **kwargs)
         candidate = found.candidates[0]
         return type(found)(**{**vars(found), "candidates": [type(candidate)(
-            **{**vars(candidate), "seconds_per_step": STEP})]})
+            **{**vars(candidate), "seconds_per_step": STEPS[objective]})]})
 
     monkeypatch.setattr(comparison, "plan", timed_plan)
     monkeypatch.setattr(comparison, "forward_seconds_per_token", lambda cfg: FORWARD)
@@ -47,7 +49,7 @@ SETTINGS = dict(seq_len=32, batch_size=4, precision="fp32", seeds=2, fractions=[
 
 def test_steps_fill_the_budget_left_by_the_fixed_costs(data, tmp_path, fixed_timings):  # noqa: F811
     probe = probe_files(tmp_path)
-    found = plan_comparison(10, ["clm", "mlm"], model="modern-tiny", data=data, probes=[probe],
+    found = plan_comparison(20, ["clm", "mlm"], model="modern-tiny", data=data, probes=[probe],
                             **SETTINGS)
     runs = 2 * 2 * 2  # objectives × seeds × fractions
     assert found.runs == runs and not found.control
@@ -55,7 +57,7 @@ def test_steps_fill_the_budget_left_by_the_fixed_costs(data, tmp_path, fixed_tim
     # the probe by hand: train tokens twice, validation tokens twice, test once, three seeds
     bytes_per_token = comparison.open_or_prepare(data).bytes_per_token
     tokens = Path(probe.train).stat().st_size / bytes_per_token
-    per_token = STEP / (32 * 4)
+    per_token = np.mean(list(STEPS.values())) / (32 * 4)  # the objectives' mean step
     assert found.fixed_minutes["probes"] * 60 / runs == pytest.approx(
         3 * (2 * tokens * per_token + 3 * tokens * FORWARD))
     assert found.fixed_minutes["validation"] * 60 / runs == pytest.approx(2 * 32 * 4 * FORWARD)
@@ -65,10 +67,11 @@ def test_steps_fill_the_budget_left_by_the_fixed_costs(data, tmp_path, fixed_tim
     window = min(float(np.mean(spans[:, 1] - spans[:, 0])), 32)
     assert found.fixed_minutes["held-out scoring"] * 60 == pytest.approx(
         2 * 2 * (500 * FORWARD + 500 * FORWARD * window))
-    step_runs = 2 * 2 * 1.5  # a run per fraction, each trains its share of the steps
-    assert found.steps == math.floor((600 - runs * fixed_seconds) / (step_runs * STEP))
+    # each objective's runs at its own step: a run per fraction and seed, each its share
+    seconds_a_step_each = 2 * 1.5 * (STEPS["clm"] + STEPS["mlm"])
+    assert found.steps == math.floor((1200 - runs * fixed_seconds) / seconds_a_step_each)
     assert found.steps > 0
-    assert found.training_minutes + sum(found.fixed_minutes.values()) <= 10
+    assert found.training_minutes + sum(found.fixed_minutes.values()) <= 20
     args = build_parser().parse_args(found.command.split()[1:])
     assert args.budget == str(found.steps) and args.match == "steps"
 

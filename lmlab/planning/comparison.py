@@ -3,9 +3,10 @@ the whole comparison fits a budget in minutes on this machine.
 
 A comparison spends most of a small budget outside training: every run is validated, scored
 on held-out text and fine-tuned on each probe once per probe seed, and the control (`none`,
-with --init) is scored and probed without training at all. So the plan times one training
-step of the model (lmlab.planning.sizing, as a one-run plan does) and one forward pass, and
-prices the rest from their costs per token:
+with --init) is scored and probed without training at all. So the plan times a training
+step of the model under each objective (lmlab.planning.sizing, as a one-run plan does; a
+sparse masked-LM head or a generator makes one objective's step dearer than another's) and one
+forward pass, and prices the rest from their costs per token:
 
 - validation: at the start of a continued run and at its end, on the run's text and, for a
   continued run, on general text too;
@@ -16,7 +17,7 @@ prices the rest from their costs per token:
   token.
 
 What is left after those fixed costs, shared over the runs' steps, gives the steps per run.
-These are estimates from one timed step: the command's own clock is the judge, and the plan
+These are estimates from timed steps: the command's own clock is the judge, and the plan
 says how long it thinks each part takes so that a user sees what to trim."""
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ class ComparisonPlan:
     minutes: float  # the whole comparison's budget
     runs: int  # pre-training runs that train (objectives × seeds × fractions)
     control: bool  # whether `none` is scored and probed besides
-    seconds_per_step: float | None  # one training step, timed (None: no step could run)
+    seconds_per_step: float | None  # the objectives' timed steps, their mean (None: one could
+    # not run)
     fixed_minutes: dict[str, float]  # validation, scoring and probes, over every run
     steps: int  # per run at the full budget (0: the budget holds no step)
     training_minutes: float  # every run's steps, each fraction's run its share
     needed_minutes: float | None  # when no step fits: the fixed costs and one step per run
     command: str
-    run_plan: Plan  # the one-run plan that timed the step
+    run_plan: Plan  # the first objective's one-run plan, which timed its step
 
     def to_dict(self) -> dict:
         return {**{name: value for name, value in asdict(self).items() if name != "run_plan"},
@@ -73,7 +75,8 @@ class ComparisonPlan:
             lines.append("  no training step could be timed here: see the run plan's warnings")
         elif self.steps:
             lines.append(f"  training: {self.steps} steps a run at {self.seconds_per_step:.2f} s "
-                         f"a step, {self.training_minutes:.1f} minutes in all")
+                         f"a step (the objectives' mean), {self.training_minutes:.1f} minutes "
+                         "in all")
         else:
             lines.append(f"  the budget holds no training step: about {self.needed_minutes:.0f} "
                          "minutes would hold one a run; fewer probe seeds, probes or "
@@ -94,11 +97,14 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
     if not trained:
         raise ValueError("--objectives: give at least one objective besides none")
     family, _, size = model.rpartition("-")
-    one_run = plan(trained[0], minutes=minutes, data=data, seq_len=seq_len,
-                   batch_size=batch_size, precision=precision, init=init,
-                   **({} if init else {"family": family, "sizes": [size]}))
-    candidate = one_run.candidates[0]  # the one model every run trains
-    step = candidate.seconds_per_step or candidate.estimated_seconds_per_step
+    one_runs = [plan(spec, minutes=minutes, data=data, seq_len=seq_len, batch_size=batch_size,
+                     precision=precision, init=init,
+                     **({} if init else {"family": family, "sizes": [size]}))
+                for spec in trained]
+    # the one model every run trains, its step under each objective
+    steps_each = [one_run.candidates[0].seconds_per_step
+                  or one_run.candidates[0].estimated_seconds_per_step for one_run in one_runs]
+    step = float(np.mean(steps_each)) if all(steps_each) else None
     runs = len(trained) * seeds * len(fractions)
     control = CONTROL in objectives
     fixed = {}
@@ -126,7 +132,7 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
     return ComparisonPlan(minutes, runs, control, step,
                           {name: seconds / 60 for name, seconds in fixed.items()},
                           steps, step_runs * steps * (step or 0) / 60, needed,
-                          shlex.join(command), one_run)
+                          shlex.join(command), one_runs[0])
 
 
 def _fixed_seconds(costs: Costs, trained: Sequence[str], runs_each: int, control: bool,
@@ -188,13 +194,16 @@ def forward_seconds_per_token(model_cfg: ModelConfig, rows: int = 32, repeats: i
     """A forward pass's seconds per token through a model of `model_cfg` (its weights do not
     change the time), the fastest of `repeats` after a warm-up, on rows of up to 128 tokens
     (a few thousand tokens a pass, as scoring batches them)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # as scoring runs
     length = min(model_cfg.max_seq_len, 128)
-    model = LanguageModel(model_cfg).eval()
-    ids = torch.randint(model_cfg.vocab_size, (rows, length))  # (rows, length)
+    model = LanguageModel(model_cfg).to(device).eval()
+    ids = torch.randint(model_cfg.vocab_size, (rows, length), device=device)  # (rows, length)
     times = []
     with torch.inference_mode():
         for _ in range(repeats + 1):
             start = time.perf_counter()
             model(ids, MaskSpec("bidirectional"))
+            if device.type == "cuda":  # kernels run asynchronously: wait for them
+                torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
     return min(times[1:]) / ids.numel()
