@@ -60,7 +60,8 @@ NOTHING_LEARNED = 0.998
 # The largest budget lmlab has measured rtd at, in training tokens: bert-mini for 20 minutes on
 # a 2-core CPU, 1312 steps of 32 × 128 tokens under AdamW (benchmarks/results/
 # distill_sst2.json, rtd.20_minutes), where the discriminator ended at the base rate (1.000 of
-# it) at all three seeds. No smaller budget was measured to learn more than a trace.
+# it) at all three seeds. No smaller budget was measured to learn more than a trace (5 minutes
+# there; 50 steps of modernbert-mini in benchmarks/results/rtd_recipe.json).
 LARGEST_MEASURED_TOKENS = 5_373_952
 
 
@@ -189,10 +190,10 @@ class ReplacedTokenDetection(Objective):
         nothing past the base rate."""
         if tokens >= LARGEST_MEASURED_TOKENS:
             return []
-        return [f"rtd: lmlab has measured its discriminator at the base rate (learning nothing "
-                f"past how many tokens are replaced) up to {LARGEST_MEASURED_TOKENS:,} tokens "
-                f"on CPU; this run's {tokens:,} tokens is below that, so expect it to learn "
-                f"nothing — consider --objective mlm"]
+        return [f"rtd: lmlab has measured its discriminator at or near the base rate (learning "
+                f"nothing past how many tokens are replaced) up to {LARGEST_MEASURED_TOKENS:,} "
+                f"tokens on CPU; this run's {tokens:,} tokens is below that, so expect it to "
+                f"learn little or nothing — consider --objective mlm"]
 
     def target_bound(self, rows: int, seq_len: int) -> int:
         """Masked LM's: the generator's positions pad to it; the discriminator's, every real
