@@ -44,6 +44,13 @@ def test_lmlab_keeps_the_defaults():
                           TrainConfig) == TrainConfig(objective="rtd")
 
 
+def test_a_name_that_is_no_recipe_is_refused_with_the_choices(tmp_path):
+    file = tmp_path / "run.toml"
+    file.write_text('rtd_recipe = "bert"\n')
+    with pytest.raises(ValueError, match="rtd_recipe.*lmlab.*electra"):
+        resolve_config(file, {"objective": "rtd"}, TrainConfig)
+
+
 def test_a_field_given_wins_over_the_recipe(tmp_path):
     file = tmp_path / "run.yaml"
     file.write_text("rtd_recipe: electra\nweight_decay: 0.05\n")
@@ -54,7 +61,7 @@ def test_a_field_given_wins_over_the_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("recipe, warmup_steps, expected", [
-    ("electra", None, 30), ("lmlab", None, 15), ("electra", 7, 7), ("lmlab", None, 15)])
+    ("electra", None, 30), ("lmlab", None, 15), ("electra", 7, 7), ("lmlab", 7, 7)])
 def test_the_warm_up_is_a_tenth_of_the_run_under_electra(recipe, warmup_steps, expected):
     cfg = TrainConfig(objective="rtd", rtd_recipe=recipe, warmup_steps=warmup_steps)
     assert cfg.warmup_for(300) == expected
