@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from lmlab.runs.checkpoints import list_checkpoints
-from lmlab.train import growth
 from lmlab.train import entry as pretraining
+from lmlab.train import growth
 from lmlab.train.growth import GrowingRows, pieces_per_row, rows_read
 from tests.test_resume_rules import config, dataset, train_rows  # noqa: F401
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,12 +43,20 @@ class ObjectiveOptions:
         "electra", "rtd: how the generator shares the token embedding: electra (one table "
         "both train) or gdes (DeBERTa-v3: the model reads it without training it, plus a "
         "residual table of its own)")
+    rtd_temperature: float = documented(
+        1.0, "rtd: the temperature the generator's samples are drawn at (ELECTRA: 1)")
+    rtd_disallow_correct: bool = documented(
+        False, "rtd: never let the generator draw the original token, so every masked token "
+               "is replaced (ELECTRA's disallow_correct, off in its runs)")
 
     def __post_init__(self) -> None:
         check_choices(self)
         for name in ("mlm_rate", "mask_prob", "random_prob", "span_noise_density"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not 0 < self.rtd_temperature < math.inf:
+            raise ValueError(f"rtd_temperature must be a positive number, got "
+                             f"{self.rtd_temperature}")
         if self.mlm_rate_schedule is not None and self.mlm_rate_start is not None:
             raise ValueError("give --mlm-rate-schedule or --mlm-rate-start, not both")
         self.mlm_rates  # noqa: B018 — checked as it is read

@@ -17,6 +17,7 @@ from lmlab.config.parsing import (
     parse_value,
     resolve_config,
 )
+from lmlab.config.rtd_recipe import recipe_settings
 
 
 def flag(name: str) -> str:
@@ -63,12 +64,14 @@ def config_from_args(args: argparse.Namespace, config_class: type):
 def options_of(config, leave_out: tuple[str, ...] = ()) -> list[str]:
     """The command-line words that rebuild `config` from the defaults (config_from_args read
     backwards): an option for each field, other than those left out, whose value is not its
-    default, so that a suggested command repeats every setting that shaped a run."""
+    default (or its recipe's setting, `rtd_recipe`), so that a suggested command repeats
+    every setting that shaped a run."""
     values = flat_values(config)
+    recipe = recipe_settings(values)
     words = []
     for name, (spec, kind) in field_specs(type(config)).items():
         value = values[name]
-        if name in leave_out or value == _default(spec):
+        if name in leave_out or value == recipe.get(name, _default(spec)):
             continue
         if kind is bool:  # a switch can only turn on; every boolean field defaults to off
             words += [flag(name)] if value else []

@@ -2,7 +2,8 @@
 dataclass (the objective's options) is grouped in code but flat for users (`--mlm-rate 0.3` on
 the command line, `mlm_rate: 0.3` in a file).
 
-Sources, later ones winning: defaults → a YAML or TOML file → command-line overrides. An
+Sources, later ones winning: defaults → a recipe's settings (lmlab/config/rtd_recipe.py) →
+a YAML or TOML file → command-line overrides. An
 unknown field is named with the closest known one.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from lmlab.config.rtd_recipe import recipe_settings
 from lmlab.config.settings_file import read_settings
 
 
@@ -111,9 +113,10 @@ def build_config(values: dict, config_class: type):
 
 
 def resolve_config(file: Path | None, overrides: dict | None, config_class: type):
-    """A `config_class` from its defaults, then `file` (when given), then `overrides`."""
+    """A `config_class` from its defaults, then the settings of a recipe the file or
+    `overrides` name (`rtd_recipe`), then `file` (when given), then `overrides`."""
     values = read_config_file(file, config_class) if file is not None else {}
     for name in overrides or {}:
         check_field(name, config_class)
     values.update(overrides or {})
-    return build_config(values, config_class)
+    return build_config({**recipe_settings(values), **values}, config_class)

@@ -18,6 +18,7 @@ from typing import Literal, TypeVar
 from lmlab.config.budget import DEADLINE_VALIDATIONS, Budget
 from lmlab.config.fields import check_choices, documented
 from lmlab.config.objective_options import ObjectiveOptions
+from lmlab.config.rtd_recipe import ELECTRA_WARMUP_SHARE, RTD_RECIPES
 
 # The warm-ups of what a step reads start at 1/WARMUP_START_DIVISOR of the full size.
 WARMUP_START_DIVISOR = 4
@@ -165,6 +166,9 @@ class TrainConfig(LoopConfig):
     # (benchmarks/results/time_to_quality_*.json).
     optimizer: Optimizer = documented("auto", PRETRAIN_OPTIMIZER_HELP)
     schedule: ScheduleName = documented("wsd", SCHEDULE_HELP)
+    warmup_steps: int | None = documented(
+        None, f"linear warm-up; none = 5% of the run, at most 1000 steps "
+              f"({ELECTRA_WARMUP_SHARE:.0%} with --rtd-recipe electra)")
     lr: float | None = documented(
         None, f"peak learning rate; none = {LoopConfig.lr:g} from random weights, "
               f"{CONTINUED_LR:g} when continuing --init weights")
@@ -211,6 +215,10 @@ class TrainConfig(LoopConfig):
                                              "minutes")
     eval_batches: int = documented(16, "validation micro-batches per evaluation")
     objective_options: ObjectiveOptions = dataclasses.field(default_factory=ObjectiveOptions)
+    rtd_recipe: Literal[tuple(RTD_RECIPES)] = documented(
+        "lmlab", "rtd: lmlab's defaults, or electra: ELECTRA's settings for each field not "
+        "given (" + ", ".join(f"{name} {value}" for name, value in RTD_RECIPES["electra"].items())
+        + f", a {ELECTRA_WARMUP_SHARE:.0%} warm-up)")
     packing: Literal["auto", "concatenate", "best_fit"] = documented(
         "auto", "how documents fill rows: concatenated, or best-fit without splitting short "
         "ones; auto = what the objective needs")
@@ -218,6 +226,15 @@ class TrainConfig(LoopConfig):
     @property
     def budget(self) -> Budget:
         return Budget(self.steps, self.tokens, self.minutes)
+
+    def warmup_for(self, planned_steps: int) -> int:
+        """The warm-up of a run of `planned_steps`: --warmup-steps, or by default 5% of the
+        run, at most 1000 steps (ELECTRA_WARMUP_SHARE of it under --rtd-recipe electra)."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if self.rtd_recipe == "electra":
+            return int(planned_steps * ELECTRA_WARMUP_SHARE)
+        return min(1000, planned_steps // 20)
 
     def _lr_default(self) -> float:
         """Continued weights learn at a tenth of the rate: at 1e-3 all-MiniLM-L6-v2 continued
@@ -252,6 +269,10 @@ class TrainConfig(LoopConfig):
         if self.head_warmup_steps and self.init is None:
             raise ValueError("--head-warmup-steps trains the heads an --init run lacks; "
                              "give --init RUN, or leave it out")
+        if self.rtd_recipe != "lmlab" and self.objective != "rtd":
+            raise ValueError(f"--rtd-recipe {self.rtd_recipe} sets how replaced-token detection "
+                             f"trains, but the objective is {self.objective}: give --objective "
+                             "rtd, or leave --rtd-recipe out")
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (a row of one token has nothing to "
                              f"predict), got {self.seq_len}")

@@ -160,6 +160,12 @@ class Objective:
         failure of its own to look for."""
         return []
 
+    def budget_warnings(self, tokens: int) -> list[str]:
+        """What lmlab has measured this objective to do in a run of `tokens` training
+        tokens, said before it starts, one line each; nothing unless it measured a budget
+        too small for it."""
+        return []
+
     def target_bound(self, rows: int, seq_len: int) -> int:
         """At most how many positions a head of a (rows, seq_len) micro-batch reads: what a
         compiled step pads `Positions` to, so that one graph serves every batch. Every

@@ -20,7 +20,7 @@ from lmlab.objectives.mixture import Alternating, Mixture
 from lmlab.objectives.mlm import LinearRate, MaskedLM, StagedRate
 from lmlab.objectives.nsp import MaskedLMWithNSP
 from lmlab.objectives.prefix_lm import PrefixLM
-from lmlab.objectives.rtd import ReplacedTokenDetection
+from lmlab.objectives.rtd import ReplacedTokenDetection, Sampling
 from lmlab.objectives.sequence import Then
 from lmlab.objectives.span_corruption import SpanCorruption
 
@@ -45,8 +45,9 @@ BASE_OBJECTIVES: dict[str, Callable[..., Objective]] = {
     "span": lambda special, options, *_: SpanCorruption(
         special, options.span_noise_density, options.span_mean_length),
     "mlm+nsp": lambda *args: MaskedLMWithNSP(_masked(*args)),
-    "rtd": lambda *args: ReplacedTokenDetection(_masked(*args), args[1].rtd_weight,
-                                                args[1].rtd_generator, args[1].rtd_sharing),
+    "rtd": lambda *args: ReplacedTokenDetection(
+        _masked(*args), args[1].rtd_weight, args[1].rtd_generator, args[1].rtd_sharing,
+        Sampling(args[1].rtd_temperature, args[1].rtd_disallow_correct)),
 }
 
 

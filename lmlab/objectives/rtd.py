@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -32,12 +32,37 @@ def sample_tokens(logits: Tensor, uniform: Tensor) -> Tensor:
     return drawn.squeeze(-1).clamp(max=logits.shape[-1] - 1)  # rounding at the top end
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the generator's samples are drawn: ELECTRA's sampling `temperature` and its
+    `disallow_correct` (the original token never drawn, so every masked token is replaced),
+    1 and off in its runs."""
+
+    temperature: float = 1.0
+    disallow_correct: bool = False
+
+    def logits(self, logits: Tensor, originals: Tensor) -> Tensor:
+        """The logits (N, V) to draw from, given the generator's and the original token
+        (N,) at each of its positions."""
+        if self.disallow_correct:
+            logits = logits.scatter(-1, originals.unsqueeze(-1), -math.inf)
+        return logits / self.temperature
+
+
 # A discriminator whose held-out loss is at least this share of the entropy of its replaced
 # share has learned nothing past that share. Of the bert-mini runs behind the rtd comparisons
 # of benchmarks/results/distill_sst2.json (`discriminator`, per budget and optimizer), those
 # whose SST-2 fell to the majority class ended at 1.000 of it, those that learned, however
 # little, at 0.994 or below.
 NOTHING_LEARNED = 0.998
+
+
+# The largest budget lmlab has measured rtd at, in training tokens: bert-mini for 20 minutes on
+# a 2-core CPU, 1312 steps of 32 × 128 tokens under AdamW (benchmarks/results/
+# distill_sst2.json, rtd.20_minutes), where the discriminator ended at the base rate (1.000 of
+# it) at all three seeds. No smaller budget was measured to learn more than a trace (5 minutes
+# there; 50 steps of modernbert-mini in benchmarks/results/rtd_recipe.json).
+LARGEST_MEASURED_TOKENS = 5_373_952
 
 
 def base_rate_entropy(share: float) -> float:
@@ -68,7 +93,8 @@ class ReplacedTokenDetection(Objective):
     or half its width, or half its depth; the token embedding shared) predicts each masked
     token and samples one; the model (the discriminator) reads the text with the samples in
     place and classifies every token as original or replaced. Loss = generator MLM
-    mean + `weight` (λ = 50) × discriminator BCE mean; the samples pass no gradient.
+    mean + `weight` (λ = 50) × discriminator BCE mean; the samples, drawn as `sampling`
+    says, pass no gradient.
     `sharing` (lmlab.model.sharing): "electra", both losses train the shared table; "gdes"
     (DeBERTa-v3), the generator's loss alone trains it and the discriminator reads it plus a
     residual table of its own, zero at first, which its loss alone trains.
@@ -99,7 +125,8 @@ class ReplacedTokenDetection(Objective):
     two_passes = True
 
     def __init__(self, masked: MaskedLM, weight: float = 50.0,
-                 generator_size: str = "width/4", sharing: str = "electra") -> None:
+                 generator_size: str = "width/4", sharing: str = "electra",
+                 sampling: Sampling = Sampling()) -> None:
         if generator_size not in GENERATOR_SIZES:
             raise ValueError(f"generator size {generator_size!r} is not one of "
                              f"{', '.join(GENERATOR_SIZES)}")
@@ -108,7 +135,7 @@ class ReplacedTokenDetection(Objective):
         if sharing not in SHARINGS:
             raise ValueError(f"embedding sharing {sharing!r} is not one of {', '.join(SHARINGS)}")
         self.masked, self.weight, self.generator_size = masked, weight, generator_size
-        self.sharing = sharing
+        self.sharing, self.sampling = sharing, sampling
         self.special = masked.special
         self.special.require_all(self.traits.needs, self.title)
 
@@ -133,8 +160,9 @@ class ReplacedTokenDetection(Objective):
         return fixed
 
     def for_evaluation(self) -> ReplacedTokenDetection:
-        return ReplacedTokenDetection(self.masked.for_evaluation(), self.weight,
-                                      self.generator_size, self.sharing)
+        evaluated = copy.copy(self)
+        evaluated.masked = self.masked.for_evaluation()
+        return evaluated
 
     def predicted_fraction(self, rows: int, seq_len: int) -> float:
         """The discriminator projects nothing to the vocabulary; the generator's projection
@@ -156,6 +184,16 @@ class ReplacedTokenDetection(Objective):
                 f"loss is {ratio:.3f} of that of always guessing {share:.3f} replaced, so "
                 f"fine-tuning will find little in it; under AdamW, consider --optimizer muon, "
                 f"or a longer run"]
+
+    def budget_warnings(self, tokens: int) -> list[str]:
+        """A run shorter than the largest budget lmlab measured rtd at, where it learned
+        nothing past the base rate."""
+        if tokens >= LARGEST_MEASURED_TOKENS:
+            return []
+        return [f"rtd: lmlab has measured its discriminator at or near the base rate (learning "
+                f"nothing past how many tokens are replaced) up to {LARGEST_MEASURED_TOKENS:,} "
+                f"tokens on CPU; this run's {tokens:,} tokens is below that, so expect it to "
+                f"learn little or nothing — consider --objective mlm"]
 
     def target_bound(self, rows: int, seq_len: int) -> int:
         """Masked LM's: the generator's positions pad to it; the discriminator's, every real
@@ -190,7 +228,9 @@ class ReplacedTokenDetection(Objective):
         inputs = batch.model_inputs()
         logits = model(**{**inputs, "predict_at": {"generator": at}})["generator"]
         original = batch.extras["original"]
-        sampled = sample_tokens(logits.detach(), at.read(batch.extras["draw"]))
+        originals = at.read(original).clamp(min=0)  # a padding entry's sample is never placed
+        sampled = sample_tokens(self.sampling.logits(logits.detach(), originals),
+                                at.read(batch.extras["draw"]))
         corrupted = at.write(sampled, into=original)
         scores = model(**{**inputs, "input_ids": corrupted,
                           "predict_at": {"rtd": batch.predict_at["rtd"]}})["rtd"]

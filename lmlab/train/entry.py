@@ -120,7 +120,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     state.total_steps = (_resumed_steps(budget, cfg, model, state) if planned_steps else
                          _all_ranks_steps(budget, cfg, env, model, objective, special,
                                           micro_size, accumulation))
-    objective = objective.for_run(state.total_steps)
+    objective = _for_the_run(cfg, env, objective, state.total_steps)
     cap = _step_cap(budget, cfg, model)
     deadline = time_budget(budget.time_limit(cap), cap, cfg.eval_every, started.resumed)
     eval_count = _eval_count(cfg, deadline, state.total_steps * accumulation)
@@ -142,6 +142,16 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
                                                       micro_size)))
     distributed.teardown()
     return out
+
+
+def _for_the_run(cfg: TrainConfig, env: distributed.Env, objective: Objective,
+                 steps: int) -> Objective:
+    """The objective as a run of `steps` steps trains it (a schedule over the run), having
+    said before training what lmlab measured it to do in a run of this length."""
+    if env.is_main:
+        for line in objective.budget_warnings(steps * cfg.batch_size * cfg.seq_len):
+            print(f"warning: {line}")
+    return objective.for_run(steps)
 
 
 def _step_data(cfg: TrainConfig, env: distributed.Env, blocks: BlockBatches,
@@ -222,7 +232,7 @@ def _schedule(cfg: TrainConfig, env: distributed.Env, model: LanguageModel,
     head_steps = head_warmup.steps  # none where a new head has nothing of its own to train
     if env.is_main:
         say_how_it_starts(source, plan.heads, head_steps, state.total_steps)
-    warmup = min(_warmup_steps(cfg, max(0, planned_steps - head_steps)), state.total_steps)
+    warmup = min(cfg.warmup_for(max(0, planned_steps - head_steps)), state.total_steps)
     schedule = Schedule(cfg.schedule, state.total_steps, warmup, cfg.lr_floor,
                         held_steps=head_steps, held_level=NEW_WEIGHTS_LR / cfg.lr)
     return schedule, head_warmup if head_steps else None
@@ -306,12 +316,6 @@ def _refuse_a_passed_budget(budget: Budget, cfg: TrainConfig, model: LanguageMod
     if budget.time_limit(steps) is None and steps < trained:
         raise ValueError(f"the run has trained {trained} steps; a budget of {steps} steps "
                          "gives it nothing more to do — give a larger --steps or --tokens")
-
-
-def _warmup_steps(cfg: TrainConfig, planned_steps: int) -> int:
-    if cfg.warmup_steps is not None:
-        return cfg.warmup_steps
-    return min(1000, planned_steps // 20)
 
 
 def _step_cap(budget: Budget, cfg: TrainConfig, model: LanguageModel) -> int | None:
