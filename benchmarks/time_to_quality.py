@@ -112,6 +112,7 @@ CANDIDATES = {
     "bert family": Recipe(("--model", "bert-mini")),
 }
 MASKED_ONLY = ("mask 30%", "mask 30%→15%", "mask-rate schedule", "bert family")
+CAUSAL_ONLY = ("untie late",)  # the masked default (modernbert) ties no head to untie
 SIMPLER = ("adamw", "cosine schedule", "embedding lr x1", "tied head", "bert family")
 
 
@@ -191,7 +192,8 @@ def search(args) -> None:
     data = prepared(args.shared, args.work)
     names = args.candidates if args.candidates is not None else [
         n for n in CANDIDATES if (n in SIMPLER) == args.on_defaults
-        and (args.objective == "mlm" or n not in MASKED_ONLY)]
+        and (args.objective == "mlm" or n not in MASKED_ONLY)
+        and (args.objective == "clm" or n not in CAUSAL_ONLY)]
     baseline = Recipe() if args.on_defaults else BASELINES[args.objective]
     recipes = {"baseline": baseline}
     for name in names:

@@ -24,11 +24,12 @@ task vocabulary: traits, formats and splits, fine-tuning settings and named task
 of rows, metrics, the bag-of-words floor) imports only `config/`, `data/`, the objectives' traits
 and the root's helpers (`atomic`, `extras`); the consumers (`infer/`, `eval/`, `export/`, `serve/`,
 `compare/`, `harness/`) never reach `train/` or a task's trainer, except the modules of `compare/`
-that run its sub-runs; `export/`, `serve/` and `compare/` import nothing of `finetune/` (but for
-those modules of `compare/`), and `infer/` only the task classes its predict reads a fine-tuned run
-with; only the entry points import `planning/`, which imports nothing of `compare/`. Imports of
-lmlab inside functions (for heavy libraries and command handlers) are counted, and their number may
-not grow. No module is over 350 lines, no function over 50 (tests/test_sizes.py).
+that run its sub-runs; `export/`, `serve/` and `compare/` import nothing of `finetune/` directly
+(but for those modules of `compare/`), and `infer/` only the task classes its predict reads a
+fine-tuned run with; only the entry points import `planning/`, which imports nothing of
+`compare/`. Imports of lmlab inside functions (for heavy libraries and command handlers) are
+counted, and their number may not grow. No module is over 350 lines, no function over 50
+(tests/test_sizes.py).
 """
 # a full stop that ends a sentence: not one of "et al.", "e.g.", "i.e.", "..."
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\.\.)\.(\s|$)")

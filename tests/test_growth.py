@@ -1,19 +1,16 @@
 """Warm-ups of what a pre-training step reads: the sequence length (rows cut into 4, 3, 2
 pieces, then whole, tokens per step about the same) and the batch size (the first rows of each
-micro-batch, from a quarter to all). Off, a step reads its blocks exactly as
-before; on, a resumed run continues as the uninterrupted one, and validation reads whole
-rows."""
+micro-batch, from a quarter to all). Off, a step reads each block as it came; on, a resumed
+run continues as the uninterrupted one, and validation reads whole rows."""
 
-import shutil
 
 import pytest
 import torch
 
-from lmlab.runs.checkpoints import list_checkpoints
 from lmlab.train import entry as pretraining
 from lmlab.train import growth
 from lmlab.train.growth import GrowingRows, pieces_per_row, rows_read
-from tests.test_resume_rules import config, dataset, train_rows  # noqa: F401
+from tests.test_resume_rules import config, cut_after, dataset, train_rows  # noqa: F401
 
 
 def test_pieces_follow_a_line_from_a_quarter_of_the_row_to_all_of_it():
@@ -87,10 +84,7 @@ def test_a_resume_inside_the_warmup_continues_it(tmp_path, dataset, read):  # no
     plain = pretraining.pretrain(config(tmp_path / "plain", steps=6, keep_last=3), dataset)
     assert plain and train_rows(tmp_path / "plain")[0]["loss"] != (
         train_rows(tmp_path / "whole")[0]["loss"])  # the short rows learn otherwise
-    cut = tmp_path / "cut" / "run"
-    shutil.copytree(whole, cut)
-    for later in list_checkpoints(cut / "checkpoints")[1:]:
-        shutil.rmtree(later)  # stopped after step 2, inside the warm-up
+    cut_after(whole, tmp_path / "cut" / "run", step=2)  # inside the warm-up
     read["steps"].clear()
     pretraining.pretrain(warmup_config(tmp_path / "cut", resume=True), dataset)
     assert read["steps"] == [(16, 16), (8, 32), (8, 32), (8, 32)]
@@ -107,10 +101,7 @@ def test_the_batch_warmup_reads_a_growing_share_and_a_resume_continues_it(
     tokens = [row["tokens"] for row in train_rows(tmp_path / "whole")]
     assert [b - a for a, b in zip([0, *tokens], tokens, strict=False)] == [
         32 * rows for rows in (2, 3, 5, 6, 8, 8)]
-    cut = tmp_path / "cut" / "run"
-    shutil.copytree(whole, cut)
-    for later in list_checkpoints(cut / "checkpoints")[1:]:
-        shutil.rmtree(later)
+    cut_after(whole, tmp_path / "cut" / "run", step=2)
     read["steps"].clear()
     pretraining.pretrain(warmup_config(tmp_path / "cut", resume=True, **changes), dataset)
     assert read["steps"] == [(5, 32), (6, 32), (8, 32), (8, 32)]

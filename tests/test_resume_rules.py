@@ -5,6 +5,8 @@ command line: a run there needs --resume or --overwrite, a resume asking for ano
 so, and a finished run says it is finished without training."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer
@@ -42,6 +44,16 @@ def saved_config(tmp_path) -> dict:
 def train_rows(tmp_path) -> list[dict]:
     return [r for r in read_metrics(tmp_path / "run") if r["kind"] == "train"]
 
+
+
+def cut_after(run: Path, into: Path, step: int) -> Path:
+    """A copy of `run` at `into` as if it had stopped after `step`: its later checkpoints
+    gone (the records after them stay, as a run killed there leaves them)."""
+    shutil.copytree(run, into)
+    for later in list_checkpoints(into / "checkpoints"):
+        if int(later.name.split("-")[1]) > step:
+            shutil.rmtree(later)
+    return into
 
 def test_resume_without_a_run_is_refused_and_writes_nothing(tmp_path, dataset):
     with pytest.raises(RunDirError, match="holds no run to continue; leave out --resume"):
@@ -157,6 +169,18 @@ def test_a_run_saved_before_the_embedding_rate_resumes_at_the_rate_it_had(tmp_pa
     with pytest.raises(RunDirError, match="changes embedding_lr_scale 1.0 → 10.0"):
         pretraining.pretrain(config(tmp_path, resume=True, steps=6), dataset)
     pretraining.pretrain(config(tmp_path, resume=True, steps=6, embedding_lr_scale=1.0), dataset)
+    assert train_rows(tmp_path)[-1]["step"] == 6
+
+
+@pytest.mark.parametrize("option", ["muon_momentum_warmup_steps", "seq_len_warmup_steps",
+                                    "batch_size_warmup_steps", "rtd_recipe"])
+def test_a_run_saved_before_an_option_resumes_as_it_ran(tmp_path, dataset, option):
+    pretraining.pretrain(config(tmp_path), dataset)
+    path = tmp_path / "run" / "config.json"
+    older = saved_config(tmp_path)
+    del older["train"][option]  # as runs were saved before the option
+    path.write_text(json.dumps(older))
+    pretraining.pretrain(config(tmp_path, resume=True, steps=6), dataset)
     assert train_rows(tmp_path)[-1]["step"] == 6
 
 

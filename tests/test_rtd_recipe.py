@@ -108,11 +108,34 @@ def test_disallow_correct_never_draws_the_original_and_temperature_divides():
     assert torch.equal(Sampling().logits(logits, originals), logits)
 
 
-def test_a_run_with_disallow_correct_replaces_every_masked_token():
+def replaced_by_a_generator_sure_of_the_original(disallow_correct: bool):
+    """(which tokens the samples replaced, which were masked) for a generator that puts all
+    its mass on each masked position's original token."""
     objective = build_objective("rtd", SPECIAL, resolve_config(
-        None, {"objective": "rtd", "rtd_disallow_correct": True}, TrainConfig).objective_options)
-    assert objective.sampling == Sampling(disallow_correct=True)
-    assert objective.for_evaluation().sampling == objective.sampling
+        None, {"objective": "rtd", "rtd_disallow_correct": disallow_correct},
+        TrainConfig).objective_options)
+    generator = torch.Generator().manual_seed(0)
+    ordinary = SPECIAL.ordinary_ids()
+    tokens = ordinary[torch.randint(len(ordinary), (3, 16), generator=generator)]
+    batch = objective.make_batch(tokens, generator)
+    originals = batch.predict_at["generator"].read(tokens).clamp(min=0)  # (N,)
+
+    def model(predict_at, **_):
+        if "generator" in predict_at:
+            logits = torch.full((len(originals), SPECIAL.vocab_size), -1e4)  # (N, V)
+            logits[torch.arange(len(originals)), originals] = 1e4
+            return {"generator": logits}
+        return {"rtd": torch.zeros(len(predict_at["rtd"].real()), 1)}
+
+    outputs = objective.outputs(model, batch)
+    return outputs["replaced"].bool(), batch.targets != -100
+
+
+def test_a_run_with_disallow_correct_replaces_every_masked_token():
+    replaced, masked = replaced_by_a_generator_sure_of_the_original(disallow_correct=True)
+    assert masked.any() and torch.equal(replaced, masked)
+    replaced, masked = replaced_by_a_generator_sure_of_the_original(disallow_correct=False)
+    assert masked.any() and not replaced.any()  # it drew each original back
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("inf"), float("nan")])

@@ -4,7 +4,6 @@ point hold it apart, a resume on either side of the point continues as the unint
 and the untied run exports where its format takes an untied head."""
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -13,13 +12,13 @@ from safetensors.torch import load_file
 from lmlab import LanguageModel, MaskSpec, preset
 from lmlab.export.targets import ExportError
 from lmlab.export.writer import export_run
-from lmlab.runs.checkpoints import checkpoint_name, list_checkpoints, publish_checkpoint, untied
+from lmlab.runs.checkpoints import checkpoint_name, publish_checkpoint, untied
 from lmlab.runs.run import load_run
 from lmlab.train import entry as pretraining
 from lmlab.train import untie
 from lmlab.train.optim import make_optimizer
 from tests.hf_runs import pretrained_run
-from tests.test_resume_rules import config, dataset, train_rows  # noqa: F401
+from tests.test_resume_rules import config, cut_after, dataset, train_rows  # noqa: F401
 
 DECODER = "heads.lm.decoder.weight"
 TABLE = "backbone.token_embedding.weight"
@@ -56,7 +55,7 @@ def test_the_rebuilt_optimizer_carries_every_state_and_copies_the_tables(tmp_pat
     model(torch.randint(0, 64, (2, 9)), MaskSpec("causal"))["lm"].sum().backward()
     optimizer.step()
     table = model.backbone.token_embedding.weight
-    rebuilt = untie.untied(model, optimizer, cfg)
+    rebuilt = untie.untie_and_rebuild_optimizer(model, optimizer, cfg)
     decoder = model.heads["lm"].decoder.weight
     assert set(rebuilt.state) == set(optimizer.state) | {decoder}
     for key, value in rebuilt.state[table].items():
@@ -66,6 +65,19 @@ def test_the_rebuilt_optimizer_carries_every_state_and_copies_the_tables(tmp_pat
     assert any(any(p is decoder for p in group["params"]) for group in decayed)
     assert all(group.get("lr_scale", 1.0) == 1.0 for group in rebuilt.param_groups
                if any(p is decoder for p in group["params"]))  # as an untied head learns
+
+
+def test_untying_inside_a_head_warm_up_keeps_the_frozen_body_in_the_optimizer(tmp_path):
+    model = tiny()
+    cfg = config(tmp_path, optimizer="adamw").concrete("fp32", False, "adamw")
+    body = [p for name, p in model.named_parameters() if ".blocks." in name]
+    for parameter in body:  # as a head warm-up freezes it
+        parameter.requires_grad_(False)
+    optimizer = make_optimizer(model, 1e-3, name="adamw", embedding_lr_scale=10.0)
+    rebuilt = untie.untie_and_rebuild_optimizer(model, optimizer, cfg)
+    held = {id(p) for group in rebuilt.param_groups for p in group["params"]}
+    assert body and all(id(p) in held for p in body)  # it trains again after the warm-up
+    assert not any(p.requires_grad for p in body)  # still frozen until then
 
 
 def untie_config(tmp_path, **changes):
@@ -91,11 +103,7 @@ def test_the_run_unties_at_its_fraction_and_a_resume_continues_it(tmp_path, data
     assert DECODER not in weights(plain, 6)
     assert losses(tmp_path / "whole")[:4] == losses(tmp_path / "plain")[:4]  # step 4's: before
     assert losses(tmp_path / "whole")[4:] != losses(tmp_path / "plain")[4:]  # its update
-    cut = tmp_path / "cut" / "run"
-    shutil.copytree(whole, cut)
-    for later in list_checkpoints(cut / "checkpoints"):
-        if int(later.name.split("-")[1]) > resume_after:
-            shutil.rmtree(later)
+    cut = cut_after(whole, tmp_path / "cut" / "run", step=resume_after)
     pretraining.pretrain(untie_config(tmp_path / "cut", resume=True), dataset)
     assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
     final = [weights(run, 6) for run in (whole, cut)]
@@ -136,10 +144,13 @@ def test_an_untied_run_exports_where_its_format_takes_an_untied_head(tmp_path):
 
 def test_untie_at_is_refused_without_a_tied_head_or_outside_0_1(tmp_path,
                                                                 dataset):  # noqa: F811
-    with pytest.raises(ValueError, match="this model has none") as error:
+    with pytest.raises(ValueError, match="this model trains none") as error:
         pretraining.pretrain(untie_config(tmp_path, model_overrides={"tie_embeddings": False}),
                              dataset)
     assert "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="--tokens chinchilla counts them"):
+        pretraining.pretrain(untie_config(tmp_path, steps=None, tokens="chinchilla"), dataset)
     assert not (tmp_path / "run").exists()
     for fraction in (0.0, 1.0, 1.5):
         with pytest.raises(ValueError, match="untie_at is a fraction of the run's steps"):

@@ -22,8 +22,10 @@ RTD_RECIPES: dict[str, dict[str, object]] = {
         "mlm_rate": 0.15, "mlm_selection": "exact", "mask_prob": 0.85, "random_prob": 0.0,
     },
 }
-# ELECTRA's recipe warms the learning rate up over this share of the run (--warmup-steps
-# none), where lmlab's warms up over 5%.
+# The electra recipe warms the learning rate up over this share of the run (--warmup-steps
+# none), lmlab's over 5%. ELECTRA's own warm-up is 10,000 steps, 1 to 2.5% of its runs of
+# 400k to 1M steps: as long in steps, a warm-up would fill a short run, as a share it would
+# round to nothing, so lmlab takes a tenth, twice its own share.
 ELECTRA_WARMUP_SHARE = 0.1
 
 

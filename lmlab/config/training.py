@@ -201,7 +201,8 @@ class TrainConfig(LoopConfig):
     batch_size_warmup_steps: int = documented(
         0, "a step reads a quarter of --batch-size at first, rising in a straight line to all "
            "of it over this many steps: the first rows of each micro-batch, the others skipped "
-           "(not read later); 0 = the whole batch throughout")
+           "(not read later), and --tokens counting them as read; 0 = the whole batch "
+           "throughout")
     untie_at: float | None = documented(
         None, "with a tied head: at this fraction of the steps the output head becomes a copy "
               "of the token embedding, trained apart from it from then on (modded-nanogpt); "

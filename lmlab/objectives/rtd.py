@@ -192,7 +192,7 @@ class ReplacedTokenDetection(Objective):
             return []
         return [f"rtd: lmlab has measured its discriminator at or near the base rate (learning "
                 f"nothing past how many tokens are replaced) up to {LARGEST_MEASURED_TOKENS:,} "
-                f"tokens on CPU; this run's {tokens:,} tokens is below that, so expect it to "
+                f"tokens on CPU; this run's {tokens:,} tokens are fewer, so expect it to "
                 f"learn little or nothing — consider --objective mlm"]
 
     def target_bound(self, rows: int, seq_len: int) -> int:

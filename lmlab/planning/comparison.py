@@ -53,14 +53,13 @@ class ComparisonPlan:
     minutes: float  # the whole comparison's budget
     runs: int  # pre-training runs that train (objectives × seeds × fractions)
     control: bool  # whether `none` is scored and probed besides
-    seconds_per_step: float | None  # the objectives' timed steps, their mean (None: one could
-    # not run)
+    seconds_per_step: float | None  # the objectives' steps' mean (None: one was not timed)
     fixed_minutes: dict[str, float]  # validation, scoring and probes, over every run
     steps: int  # per run at the full budget (0: the budget holds no step)
     training_minutes: float  # every run's steps, each fraction's run its share
     needed_minutes: float | None  # when no step fits: the fixed costs and one step per run
     command: str
-    run_plan: Plan  # the first objective's one-run plan, which timed its step
+    run_plan: Plan  # a one-run plan: the first objective's, or one whose step was not timed
 
     def to_dict(self) -> dict:
         return {**{name: value for name, value in asdict(self).items() if name != "run_plan"},
@@ -96,14 +95,9 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
     trained = [spec for spec in objectives if spec != CONTROL]
     if not trained:
         raise ValueError("--objectives: give at least one objective besides none")
-    family, _, size = model.rpartition("-")
-    one_runs = [plan(spec, minutes=minutes, data=data, seq_len=seq_len, batch_size=batch_size,
-                     precision=precision, init=init,
-                     **({} if init else {"family": family, "sizes": [size]}))
-                for spec in trained]
-    # the one model every run trains, its step under each objective
-    steps_each = [one_run.candidates[0].seconds_per_step
-                  or one_run.candidates[0].estimated_seconds_per_step for one_run in one_runs]
+    steps_each, run_plan = _timed_steps(trained, minutes, model=model, init=init, data=data,
+                                        seq_len=seq_len, batch_size=batch_size,
+                                        precision=precision)
     step = float(np.mean(steps_each)) if all(steps_each) else None
     runs = len(trained) * seeds * len(fractions)
     control = CONTROL in objectives
@@ -112,8 +106,9 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
         dataset = open_or_prepare(data)
         model_cfg = (read_run_config(split_init(init)[0] / CONFIG).model if init
                      else preset(model, dataset.special.vocab_size, seq_len))
-        costs = Costs(step / (seq_len * batch_size), forward_seconds_per_token(model_cfg),
-                      dataset, model_cfg.max_seq_len)
+        # a probe fine-tunes a classifier whatever the objective: the cheapest step prices it
+        costs = Costs(min(steps_each) / (seq_len * batch_size),
+                      forward_seconds_per_token(model_cfg), dataset, model_cfg.max_seq_len)
         probing = probe_seeds * sum(costs.probe(probe, probe_epochs) for probe in probes)
         fixed = _fixed_seconds(costs, trained, seeds * len(fractions), control, init,
                                eval_batches * seq_len * batch_size, eval_tokens, probing)
@@ -132,7 +127,23 @@ def plan_comparison(minutes: float, objectives: Sequence[str], *, model: str = "
     return ComparisonPlan(minutes, runs, control, step,
                           {name: seconds / 60 for name, seconds in fixed.items()},
                           steps, step_runs * steps * (step or 0) / 60, needed,
-                          shlex.join(command), one_runs[0])
+                          shlex.join(command), run_plan)
+
+
+def _timed_steps(trained: Sequence[str], minutes: float, *, model: str, init: str | None,
+                 **settings) -> tuple[list[float | None], Plan]:
+    """The one model every run trains, its step timed under each objective (None where it
+    could not be), and the one-run plan to show: the first objective's, or the first whose
+    step could not be timed."""
+    family, _, size = model.rpartition("-")
+    one_runs = [plan(spec, minutes=minutes, init=init, **settings,
+                     **({} if init else {"family": family, "sizes": [size]}))
+                for spec in trained]
+    steps_each = [one_run.candidates[0].seconds_per_step
+                  or one_run.candidates[0].estimated_seconds_per_step for one_run in one_runs]
+    shown = next((one_run for one_run, step in zip(one_runs, steps_each, strict=True)
+                  if not step), one_runs[0])
+    return steps_each, shown
 
 
 def _fixed_seconds(costs: Costs, trained: Sequence[str], runs_each: int, control: bool,

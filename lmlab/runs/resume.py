@@ -20,7 +20,8 @@ WATCHING = frozenset({"out", "resume", "overwrite", "num_workers", "log_every", 
 # Fields added after runs were saved without them, and what such a run trained with (objective
 # options added since: their defaults, _options_filled).
 SAVED_BEFORE = {"embedding_lr_scale": 1.0, "muon_momentum_warmup_steps": 0,
-                "seq_len_warmup_steps": 0, "batch_size_warmup_steps": 0}
+                "seq_len_warmup_steps": 0, "batch_size_warmup_steps": 0,
+                "rtd_recipe": "lmlab"}
 
 
 def resumed_config(opening: Opening, config: RunConfig,

@@ -105,7 +105,7 @@ def pretrain(cfg: TrainConfig, dataset: Dataset) -> Path:
     plan = plan_objective(objective, cfg, special)
     model = _starting_model(cfg, plan, objective, special, source).to(env.device)
     new_heads = _checked_new_heads(cfg, env, plan, source)
-    check_untie(cfg.untie_at, model, env.distributed)
+    check_untie(cfg.untie_at, model, env.distributed, cfg.tokens)
     # Everything that can refuse the run does so before its directory is written.
     micro_size, accumulation = micro_batches_per_step(cfg, env)
     blocks, validation_blocks = _block_batches(cfg, env, dataset, plan, micro_size)

@@ -42,7 +42,7 @@ from lmlab.train.step import (
 )
 from lmlab.train.stopping import RunStopped, StopRequest
 from lmlab.train.trackers import open_trackers
-from lmlab.train.untie import untie_step, untied
+from lmlab.train.untie import untie_and_rebuild_optimizer, untie_step
 
 
 class TrainingError(RuntimeError):
@@ -177,7 +177,7 @@ def _step(t: Training, compute_loss, generator: torch.Generator, skipped: Skippe
         t.head_warmup.at(state.step)
     if (t.untie_at is not None and t.model.cfg.tie_embeddings
             and state.step >= untie_step(t.untie_at, state.total_steps)):
-        t.optimizer = untied(t.model, t.optimizer, t.cfg)
+        t.optimizer = untie_and_rebuild_optimizer(t.model, t.optimizer, t.cfg)
     lr = t.cfg.lr * t.schedule(state.step)
     set_lr(t.optimizer, lr)
     set_muon_momentum(t.optimizer, muon_momentum(state.step, t.cfg.muon_momentum_warmup_steps))

@@ -19,23 +19,36 @@ def untie_step(fraction: float, total_steps: int) -> int:
     return round(fraction * total_steps)
 
 
-def check_untie(fraction: float | None, model: LanguageModel, distributed: bool) -> None:
+def check_untie(fraction: float | None, model: LanguageModel, distributed: bool,
+                tokens: str | None) -> None:
     """Refuse --untie-at `fraction` (None: not asked for) where there is no tied head to
-    untie, or under DDP/FSDP2, whose wrap holds the parameters it was given."""
+    untie, under DDP/FSDP2, whose wrap holds the parameters it was given, or with a token
+    budget counted from the parameters, which untying adds to (a resume after the point would
+    plan another run)."""
     if fraction is None:
         return
+    if tokens == "chinchilla":
+        raise ValueError("--untie-at adds parameters mid-run, and --tokens chinchilla counts "
+                         "them; give --tokens as a count or --steps")
     if not model.tied_heads():
-        raise ValueError("--untie-at unties a head tied to the token embedding, but this "
-                         "model has none (its head is untied already); leave it out")
+        raise ValueError("--untie-at unties an output head tied to the token embedding, but "
+                         "this model trains none; leave it out")
     if distributed:
         raise ValueError("--untie-at trains on one process only; leave it out under torchrun")
 
 
-def untied(model: LanguageModel, optimizer, cfg: LoopConfig):
+def untie_and_rebuild_optimizer(model: LanguageModel, optimizer, cfg: LoopConfig):
     """Untie `model`'s heads now; returns the optimizer rebuilt for the untied model, each
     parameter's state carried over and each new head starting from its table's."""
     copies = model.untie()
+    # Inside a head warm-up the body is frozen, and an optimizer is built over what trains:
+    # built over every weight, the body trains again once the warm-up ends.
+    frozen = [parameter for parameter in model.parameters() if not parameter.requires_grad]
+    for parameter in frozen:
+        parameter.requires_grad_(True)
     rebuilt = optimizer_for(model, cfg)
+    for parameter in frozen:
+        parameter.requires_grad_(False)
     saved = optimizer.state
     for part in getattr(rebuilt, "parts", (rebuilt,)):
         for group in part.param_groups:
