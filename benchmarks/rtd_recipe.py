@@ -3,18 +3,21 @@ from random weights, for the same steps on the built-in corpus at paired seeds (
 both arms reads the same data in the same order).
 
     python benchmarks/rtd_recipe.py [--steps 50] [--batch-size 16] [--seeds 3] [--items 16]
-        [--model modernbert-mini]
+        [--model modernbert-mini] [--probe-rows 0] [--probe-seeds 2]
 
 The measure is the discriminator's held-out loss over its base rate: its BCE a token minus the
 entropy of the share of tokens its generator replaced (the loss of knowing how many are
 replaced and not which; 0 = nothing learned past that, negative = learned), on each of the
 first --items validation micro-batches the runs validate on (the same masks for both arms), so
 that lmlab compare's paired bootstrap (lmlab.compare.stats) resamples seeds and items; beside
-it the generator's held-out loss, the two Holm-adjusted together. A probe (fine-tuning each
-run) is left out: at these budgets it would take longer than the runs. Steps, not minutes, so
-that a shared machine's load changes the time and not the result.
+it the generator's held-out loss. With --probe-rows N each run is also fine-tuned on SST-2's
+first N training rows once per --probe-seeds (adaptation_defaults.py's probe: one epoch, the
+checkpoint chosen on a seeded selection split of other training rows) and scored on SST-2's
+dev set, which chose nothing: accuracy, paired over pre-training seeds, probe seeds and items.
+The measures are Holm-adjusted together. Steps, not minutes, so that a shared machine's load
+changes the time and not the result.
 
-Writes benchmarks/results/rtd_recipe.json, the machine named.
+Writes benchmarks/results/rtd_recipe[_TAG].json, the machine named.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from record import machine, write_results
+from adaptation_defaults import probe
+from record import SHARED, machine, write_results
+from splits import sst2_splits
 
-RESULTS = Path(__file__).parent / "results" / "rtd_recipe.json"
+RESULTS = Path(__file__).parent / "results"
 ARMS = ("lmlab", "electra")  # --rtd-recipe; the first is the baseline
 MEASURES = ("discriminator_over_base_rate", "generator_loss")  # nats a token, lower is better
+PROBE = "sst2_accuracy"  # higher is better
 
 
 def trained(recipe: str, seed: int, args: argparse.Namespace) -> Path:
@@ -89,19 +95,20 @@ def held_out(out: Path) -> dict:
 
 
 def verdicts(scores: dict[str, dict[str, np.ndarray]]) -> list[dict]:
-    """electra minus lmlab on each measure (negative: electra lower), paired over seeds and
-    items, Holm-adjusted over the measures."""
+    """electra minus lmlab on each measure, paired over seeds and items, Holm-adjusted over the
+    measures."""
     from lmlab.compare.stats import holm, paired_bootstrap
 
+    measures = list(scores["electra"])
     found = [paired_bootstrap(scores["electra"][measure], scores["lmlab"][measure])
-             for measure in MEASURES]
+             for measure in measures]
     adjusted = holm([difference.p_value for difference in found])
     return [{"measure": measure, "electra_minus_lmlab": round(d.estimate, 4),
              "low": round(d.low, 4), "high": round(d.high, 4), "holm_p": round(p, 4),
              "electra": round(d.mean_a, 4), "lmlab": round(d.mean_b, 4),
              "says": ("no detectable difference" if p >= 0.05 else
                       "electra lower" if d.estimate < 0 else "electra higher")}
-            for measure, d, p in zip(MEASURES, found, adjusted, strict=True)]
+            for measure, d, p in zip(measures, found, adjusted, strict=True)]
 
 
 def main() -> None:
@@ -111,25 +118,36 @@ def main() -> None:
     parser.add_argument("--model", default="modernbert-mini")  # what --model auto gives rtd
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--items", type=int, default=16)
+    parser.add_argument("--probe-rows", type=int, default=0, help="0: no probe")
+    parser.add_argument("--probe-seeds", type=int, default=2)
+    parser.add_argument("--tag", help="results file rtd_recipe_TAG.json")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-rtd-recipe"))
     args = parser.parse_args()
-    runs, scores = [], {arm: {measure: [] for measure in MEASURES} for arm in ARMS}
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.probe_rows:
+        train, selection, test = sst2_splits(SHARED / "data/sst2", args.work, args.probe_rows)
+        probe_args = ("--task", "classify", "--train", train, "--validation", selection,
+                      "--test", test)
+    runs, scores = [], {arm: {} for arm in ARMS}
     for seed in range(args.seeds):
         for recipe in ARMS:
             out = trained(recipe, seed, args)
-            items = item_scores(out, args.items)
-            for measure in MEASURES:
-                scores[recipe][measure].append(items[measure])
+            items = {measure: values[None] for measure, values
+                     in item_scores(out, args.items).items()}  # (1, items)
+            if args.probe_rows:
+                items[PROBE] = probe(out, probe_args, args.probe_seeds, out / "probe")
+            for measure, values in items.items():
+                scores[recipe].setdefault(measure, []).append(values)
             runs.append({"recipe": recipe, "seed": seed, **held_out(out),
-                         **{measure: round(float(items[measure].mean()), 4)
-                            for measure in MEASURES}})
+                         **{measure: round(float(values.mean()), 4)
+                            for measure, values in items.items()}})
             print(json.dumps(runs[-1]), flush=True)
-    stacked = {arm: {measure: np.stack(values)[:, None] for measure, values in by.items()}
-               for arm, by in scores.items()}  # (seeds, 1, items)
-    write_results(RESULTS, {"machine": machine(threads=torch.get_num_threads()),
-                            "settings": vars(args), "runs": runs,
-                            "verdicts": verdicts(stacked)}, args.work)
-
+    stacked = {arm: {measure: np.stack(values) for measure, values in by.items()}
+               for arm, by in scores.items()}  # (seeds, probe seeds or 1, items)
+    name = f"rtd_recipe_{args.tag}.json" if args.tag else "rtd_recipe.json"
+    write_results(RESULTS / name, {"machine": machine(threads=torch.get_num_threads()),
+                                   "settings": vars(args), "runs": runs,
+                                   "verdicts": verdicts(stacked)}, args.work)
 
 if __name__ == "__main__":
     main()

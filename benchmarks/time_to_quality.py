@@ -3,8 +3,6 @@
     python benchmarks/time_to_quality.py search [--objective clm] [--seconds 90] [--seeds 3]
         [--first-seed 0]
         [--candidates NAME ...] [--combine NAME ...] [--on-defaults]
-    python benchmarks/time_to_quality.py nanogpt --nanogpt DIR [--minutes 10]
-        [--nanogpt-minutes 20] [--nanogpt-lrs 6e-4 1.2e-3 2.4e-3 4.8e-3] [--model gpt2-mini]
 
 `search` trains each candidate recipe (one change to the baseline, or with --combine several)
 with `lmlab pretrain --minutes` on the shared corpora (Brown and the State of the Union
@@ -18,19 +16,8 @@ the defaults, the candidates are their simpler options (AdamW, cosine decay, one
 the embeddings, a tied head, the BERT family for masked LM), so a default shows what taking
 it away costs.
 
-`nanogpt` trains lmlab's default CLM recipe (`lmlab pretrain --objective clm` with only the
-data and the time given) and nanoGPT's own `model.py` with its `configure_optimizers` (AdamW
-at nanoGPT's settings: betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) on the same
-blocks, shape and batch, warm-up and cosine decay over the steps that fit the time (the
-schedule lmlab uses), once at each of --nanogpt-lrs: a learning-rate search at the size, as
-lmlab's recipe had (6e-4, nanoGPT's default, is the rate of its 124M model). Every run
-validates 12 times spread over its time on the same blocks; the curves (bits per byte against
-seconds) are plotted, and the time lmlab took to reach the best nanoGPT run's final quality is
-read off them.
-
-Results: benchmarks/results/time_to_quality_<objective>.json (search) and
-time_to_quality_nanogpt_MODEL_AvBmin.{json,png} (A minutes of lmlab against B of nanoGPT),
-the machine named.
+Results: benchmarks/results/time_to_quality_<objective>.json, the machine named. Against nanoGPT:
+benchmarks/versus_nanogpt.py.
 """
 
 from __future__ import annotations
@@ -48,6 +35,7 @@ from pathlib import Path
 from record import ROOT, machine, write_results
 
 RESULTS = Path(__file__).parent / "results"
+SHARED_DATA = ROOT.parent / "shared" / "data"
 THREADS = "2"
 EVAL_MICRO_BATCHES = 16
 MICRO_BATCH = 32  # lmlab's default batch, one micro-batch a step on one process
@@ -238,167 +226,6 @@ def summarise(results: dict[str, list]) -> list[dict]:
     return table
 
 
-# --- against nanoGPT ------------------------------------------------------------------------
-
-def nanogpt_train(args) -> None:
-    """nanoGPT's model and optimizer on lmlab's blocks for `--minutes`; writes its curve."""
-    import importlib.util
-
-    import torch
-
-    from lmlab.config.budget import DEADLINE_VALIDATIONS
-    from lmlab.config.presets import preset
-    from lmlab.data.dataset import open_dataset
-    from lmlab.data.loader import BlockBatches
-    from lmlab.train.deadline import Deadline, deadline_eval_batches
-    from lmlab.train.schedule import Schedule
-
-    torch.manual_seed(args.seed)
-    spec = importlib.util.spec_from_file_location("nanogpt_model", args.nanogpt / "model.py")
-    nanogpt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(nanogpt)
-    dataset = open_dataset(args.data)
-    special = dataset.special
-    cfg = preset(args.model, special.vocab_size, SEQ_LEN)
-    model = nanogpt.GPT(nanogpt.GPTConfig(
-        block_size=SEQ_LEN, vocab_size=special.vocab_size, n_layer=cfg.n_layers,
-        n_head=cfg.n_heads, n_embd=cfg.d_model, dropout=0.0, bias=True))
-    optimizer = model.configure_optimizers(0.1, args.lr, (0.9, 0.95), "cpu")
-    train = BlockBatches(dataset.train, SEQ_LEN, MICRO_BATCH, "concatenate",
-                         special.padding_id, special.sep, args.seed)
-    deadline = Deadline(args.minutes, validations=DEADLINE_VALIDATIONS)
-    wrapped = NanoGPTAsLM(model)
-    # As lmlab keeps to a deadline: the step count is re-estimated after every step from the
-    # pace so far, the warm-up (5%, at most 1000 steps) fixed by the first estimate.
-    schedule = Schedule("cosine", 1000, 50, 0.1)  # until the pace is known
-    curve, step, total, eval_blocks = [], 0, None, None
-    while total is None or step < total:
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * schedule(step)
-        tokens = train.batch(step).tokens  # (B, T)
-        _, loss = model(tokens[:, :-1], tokens[:, 1:].contiguous())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        total = deadline.total_steps(step)
-        warmup = schedule.warmup_steps if step > 1 else min(round(0.05 * total), 1000)
-        schedule = Schedule("cosine", max(total, 1), min(warmup, total), 0.1)
-        if deadline.validation_due() or step >= total:
-            started = time.perf_counter()
-            if eval_blocks is None:  # as many as lmlab's validation reads in such a run
-                eval_blocks, bytes_per_token = validation_blocks(
-                    args.data, deadline_eval_batches(total, EVAL_MICRO_BATCHES), special)
-            bpb = bits_per_byte(wrapped, "clm", special, eval_blocks, bytes_per_token)
-            deadline.validated(started)
-            curve.append({"step": step, "seconds": time.perf_counter() - deadline.start,
-                          "bpb": bpb})
-    final_blocks, bytes_per_token = validation_blocks(args.data, EVAL_MICRO_BATCHES, special)
-    args.out.write_text(json.dumps({
-        "curve": curve, "steps": step,
-        "final_bpb": bits_per_byte(wrapped, "clm", special, final_blocks, bytes_per_token)}))
-
-
-class NanoGPTAsLM:
-    """nanoGPT's GPT answering as an lmlab model does to validation: {"lm": logits}."""
-
-    def __init__(self, model) -> None:
-        self.model, self.training = model, True
-
-    def __call__(self, input_ids, **_):
-        logits, _ = self.model(input_ids, input_ids)  # targets make it return every position
-        return {"lm": logits}
-
-    def eval(self):
-        self.model.eval()
-
-    def train(self, mode: bool = True):
-        self.model.train(mode)
-
-
-def lmlab_curve(run: Path, data: Path) -> dict:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    curve = [{"step": r["step"], "seconds": r["seconds"], "bpb": r["clm/clm_bpb"]}
-             for r in records if r["kind"] == "eval"]
-    return {"curve": curve, "steps": curve[-1]["step"],
-            "final_bpb": score_run(run, "clm", data)}
-
-
-def time_to_reach(curve: list[dict], target: float) -> float | None:
-    """Seconds at which the curve first reaches `target` bpb (linear between points)."""
-    previous = None
-    for point in curve:
-        if point["bpb"] <= target:
-            if previous is None:
-                return point["seconds"]
-            share = (previous["bpb"] - target) / (previous["bpb"] - point["bpb"])
-            return previous["seconds"] + share * (point["seconds"] - previous["seconds"])
-        previous = point
-    return None
-
-
-def versus_nanogpt(args) -> None:
-    data = prepared(args.shared, args.work)
-    runs = args.work / "versus"
-    lmlab_run = runs / "lmlab"
-    lmlab("pretrain", "--objective", "clm", "--data", data, "--minutes", args.minutes,
-          "--out", lmlab_run, "--overwrite", *(["--model", args.model] if args.model else []))
-    ours = lmlab_curve(lmlab_run, data)
-    searched = {lr: nanogpt_run(args, data, runs / f"nanogpt-lr{lr:g}.json", lr)
-                for lr in args.nanogpt_lrs}
-    best_lr = min(searched, key=lambda lr: searched[lr]["final_bpb"])
-    theirs = searched[best_lr]
-    reached = time_to_reach(ours["curve"], theirs["curve"][-1]["bpb"])
-    ratio = None if reached is None else theirs["curve"][-1]["seconds"] / reached
-    print(f"lmlab {args.minutes} min: {ours['final_bpb']:.4f} bpb; nanoGPT "
-          f"{args.nanogpt_minutes} min at its best rate {best_lr:g}: {theirs['final_bpb']:.4f} "
-          f"bpb; lmlab reached it in {reached} s (time ratio {ratio})")
-    stem = (f"time_to_quality_nanogpt_{args.model or 'auto'}_"
-            f"{args.minutes:g}v{args.nanogpt_minutes:g}min")
-    plot(ours, searched, best_lr, RESULTS / f"{stem}.png", args)
-    write_results(RESULTS / f"{stem}.json", {
-        "machine": machine(threads=int(THREADS)), "model": args.model or "auto",
-        "lmlab_model_config": json.loads((lmlab_run / "config.json").read_text())["model"],
-        "lmlab_minutes": args.minutes, "nanogpt_minutes": args.nanogpt_minutes,
-        "lmlab": ours, "nanogpt_lr": best_lr, "nanogpt": theirs,
-        "nanogpt_search": {f"{lr:g}": run["final_bpb"] for lr, run in searched.items()},
-        "lmlab_seconds_to_nanogpt_final": reached, "time_ratio": ratio}, args.work)
-
-
-def nanogpt_run(args, data: Path, out: Path, lr: float) -> dict:
-    """One nanoGPT run at `lr`, in its own process with lmlab's threads: its curve."""
-    subprocess.run([sys.executable, __file__, "nanogpt-train", "--nanogpt", args.nanogpt,
-                    "--data", data, "--minutes", str(args.nanogpt_minutes), "--out", out,
-                    "--model", args.model or "gpt2-mini", "--lr", str(lr)],
-                   check=True, env={**os.environ, "OMP_NUM_THREADS": THREADS})
-    return json.loads(out.read_text())
-
-
-def plot(ours: dict, searched: dict, best_lr: float, out: Path, args) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    runs = [(f"lmlab default CLM recipe ({args.minutes:g} min)", ours, 1.0)]
-    runs += [(f"nanoGPT model.py + AdamW, lr {lr:g}" + (" (best)" if lr == best_lr else ""),
-              result, 1.0 if lr == best_lr else 0.35) for lr, result in searched.items()]
-    for label, result, alpha in runs:
-        axis.plot([p["seconds"] for p in result["curve"]], [p["bpb"] for p in result["curve"]],
-                  marker="o", label=label, alpha=alpha)
-    axis.set_xlabel("wall-clock seconds (2 CPU threads)")
-    axis.set_ylabel("held-out bits per byte")
-    axis.set_title(f"Brown + State of the Union, {(args.model or 'mini').split('-')[-1]} size "
-                   "for both, same blocks", fontsize=11)
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -415,28 +242,9 @@ def main() -> None:
                                     "rest), not the spelled-out plain recipe")
     search_parser.add_argument("--out", type=Path, help="the results file; default "
                                "benchmarks/results/time_to_quality_OBJECTIVE.json")
-    versus = commands.add_parser("nanogpt")
-    versus.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
-    versus.add_argument("--minutes", type=float, default=10.0)
-    versus.add_argument("--nanogpt-minutes", type=float, default=20.0)
-    versus.add_argument("--nanogpt-lrs", type=float, nargs="+",
-                        default=[6e-4, 1.2e-3, 2.4e-3, 4.8e-3],
-                        help="nanoGPT's peak learning rates, one run each (its best is quoted)")
-    versus.add_argument("--model", default=None, help="a preset; none = lmlab's --model auto")
-    inner = commands.add_parser("nanogpt-train")  # one nanoGPT run, in its own process
-    inner.add_argument("--nanogpt", type=Path, required=True)
-    inner.add_argument("--data", type=Path, required=True)
-    inner.add_argument("--minutes", type=float, required=True)
-    inner.add_argument("--out", type=Path, required=True)
-    inner.add_argument("--model", default="gpt2-mini")
-    inner.add_argument("--seed", type=int, default=0)
-    inner.add_argument("--lr", type=float, default=6e-4)
-    for sub in (search_parser, versus):
-        sub.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
-        sub.add_argument("--work", type=Path, default=Path("/tmp/lmlab-time-to-quality"))
-    args = parser.parse_args()
-    {"search": search, "nanogpt": versus_nanogpt, "nanogpt-train": nanogpt_train}[
-        args.command](args)
+    search_parser.add_argument("--shared", type=Path, default=SHARED_DATA)
+    search_parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-time-to-quality"))
+    search(parser.parse_args())
 
 
 if __name__ == "__main__":

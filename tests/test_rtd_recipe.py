@@ -18,6 +18,7 @@ from lmlab.data.special_tokens import SpecialTokens
 from lmlab.objectives.registry import build_objective
 from lmlab.objectives.rtd import LARGEST_MEASURED_TOKENS, NOTHING_LEARNED, Sampling
 from lmlab.train.entry import pretrain
+from lmlab.train.schedule import Schedule
 from tests.synthetic_run import synthetic_dataset
 
 SPECIAL = SpecialTokens.layout(vocab_size=64, n_sentinels=0)
@@ -65,6 +66,19 @@ def test_a_field_given_wins_over_the_recipe(tmp_path):
 def test_the_warm_up_is_a_tenth_of_the_run_under_electra(recipe, warmup_steps, expected):
     cfg = TrainConfig(objective="rtd", rtd_recipe=recipe, warmup_steps=warmup_steps)
     assert cfg.warmup_for(300) == expected
+
+
+def test_a_whole_run_under_electra_warms_up_a_tenth_then_decays_linearly_to_zero(tmp_path):
+    cfg = resolve_config(None, {**ELECTRA, "model": "bert-tiny", "seq_len": 32, "batch_size": 4,
+                                "steps": 20, "lr": 1e-3, "log_every": 1,
+                                "out": str(tmp_path / "run")}, TrainConfig)
+    pretrain(cfg, synthetic_dataset()[1])
+    logged = {r["step"]: r["lr"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl")
+                                              .read_text().splitlines()) if r["kind"] == "train"}
+    expected = Schedule("linear", total_steps=20, warmup_steps=2, floor=0.0)
+    assert sorted(logged) == list(range(1, 21))
+    assert logged == pytest.approx({step: 1e-3 * expected(step - 1) for step in logged})
+    assert logged[2] == pytest.approx(1e-3) and logged[20] == pytest.approx(1e-3 / 18)
 
 
 def test_lmlab_warm_up_stops_at_1000_steps():
