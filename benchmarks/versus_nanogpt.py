@@ -1,7 +1,7 @@
 """lmlab's default causal recipe against nanoGPT, in wall-clock time to the same held-out quality
 on 2 CPU threads.
 
-    python benchmarks/versus_nanogpt.py run --nanogpt DIR [--seconds 60 72 96] [--seeds 3]
+    python benchmarks/versus_nanogpt.py run --nanogpt DIR [--seconds 72 96 120] [--seeds 3]
         [--nanogpt-minutes 6] [--nanogpt-lrs 6e-4 1.2e-3 2.4e-3 4.8e-3] [--model gpt2-mini]
 
 DIR holds nanoGPT's `model.py`. Its model trains with its `configure_optimizers` (AdamW at
@@ -250,7 +250,7 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     versus = commands.add_parser("run")
     versus.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout")
-    versus.add_argument("--seconds", type=float, nargs="+", default=[60.0, 72.0, 96.0],
+    versus.add_argument("--seconds", type=float, nargs="+", default=[72.0, 96.0, 120.0],
                         help="lmlab's budgets, a run each at every seed")
     versus.add_argument("--seeds", type=int, default=3, help="runs a side at each setting")
     versus.add_argument("--nanogpt-minutes", type=float, default=6.0)
