@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from adaptation_defaults import probe
-from record import SHARED, machine, write_results
-from splits import sst2_splits
+from adaptation_defaults import probe, probe_args
+from record import machine, write_results
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = ("lmlab", "electra")  # --rtd-recipe; the first is the baseline
@@ -41,7 +40,8 @@ PROBE = "sst2_accuracy"  # higher is better
 def trained(recipe: str, seed: int, args: argparse.Namespace) -> Path:
     from lmlab.cli import main as lmlab
 
-    out = args.work / f"{recipe}-seed{seed}"
+    # named by every setting the run depends on, so a search with other settings trains anew
+    out = args.work / f"{recipe}-{args.model}-{args.steps}x{args.batch_size}-seed{seed}"
     if not (out / "checkpoints").is_dir():
         code = lmlab(["pretrain", "--objective", "rtd", "--rtd-recipe", recipe, "--model",
                       args.model, "--batch-size", str(args.batch_size), "--steps",
@@ -124,10 +124,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/lmlab-rtd-recipe"))
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    if args.probe_rows:
-        train, selection, test = sst2_splits(SHARED / "data/sst2", args.work, args.probe_rows)
-        probe_args = ("--task", "classify", "--train", train, "--validation", selection,
-                      "--test", test)
+    sst2 = probe_args("sst2", args.work, args.probe_rows) if args.probe_rows else None
     runs, scores = [], {arm: {} for arm in ARMS}
     for seed in range(args.seeds):
         for recipe in ARMS:
@@ -135,7 +132,8 @@ def main() -> None:
             items = {measure: values[None] for measure, values
                      in item_scores(out, args.items).items()}  # (1, items)
             if args.probe_rows:
-                items[PROBE] = probe(out, probe_args, args.probe_seeds, out / "probe")
+                items[PROBE] = probe(out, sst2, args.probe_seeds,
+                                     out / f"probe-{args.probe_rows}-rows")
             for measure, values in items.items():
                 scores[recipe].setdefault(measure, []).append(values)
             runs.append({"recipe": recipe, "seed": seed, **held_out(out),
@@ -148,6 +146,7 @@ def main() -> None:
     write_results(RESULTS / name, {"machine": machine(threads=torch.get_num_threads()),
                                    "settings": vars(args), "runs": runs,
                                    "verdicts": verdicts(stacked)}, args.work)
+
 
 if __name__ == "__main__":
     main()

@@ -6,16 +6,18 @@ on 2 CPU threads.
 
 DIR holds nanoGPT's `model.py`. Its model trains with its `configure_optimizers` (AdamW at
 nanoGPT's settings: betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) on lmlab's blocks,
-shape and batch, warm-up and cosine decay over the steps that fit --nanogpt-minutes (the
-schedule lmlab uses), once at each of --nanogpt-lrs (a learning-rate search at the size, as
+shape and batch, with nanoGPT's warm-up and cosine decay to a tenth of the peak over the steps
+that fit --nanogpt-minutes (re-estimated from the pace after every step, as lmlab keeps to a
+deadline), once at each of --nanogpt-lrs (a learning-rate search at the size, as
 lmlab's recipe had; 6e-4 is the rate of nanoGPT's 124M model), then at its best rate with each
 further seed. Its target is the median of those runs' final held-out quality. lmlab's default
 CLM recipe (`lmlab pretrain --objective clm` with only the data, the time and the seed given)
 then trains for each budget in --seconds at every seed, as a speedrun does: each run's schedule
 ends with its own budget. Both sides' final weights are scored on the same validation blocks
 (time_to_quality.py's scoring). lmlab's time to quality is the shortest budget whose median run
-reaches the target, read linearly between the budgets on either side of it. Every run also
-validates 12 times spread over its time; the curves are plotted.
+reaches the target, read linearly between the budgets on either side of it (when the shortest
+budget already reaches it, that budget is an upper bound, and the results file says so). Every
+run also validates up to 12 times spread over its time; the curves are plotted.
 
 Results: benchmarks/results/time_to_quality_nanogpt_MODEL_Nseeds.{json,png}, the machine named.
 """
@@ -145,7 +147,8 @@ def time_to_reach(curve: list[dict], target: float) -> float | None:
 
 def versus_nanogpt(args) -> None:
     data = prepared(args.shared, args.work)
-    runs = args.work / "versus"
+    # named by the settings the runs depend on, so that other settings train anew
+    runs = args.work / f"versus-{args.model or 'auto'}-{args.nanogpt_minutes:g}min"
     runs.mkdir(parents=True, exist_ok=True)
     searched = {lr: nanogpt_run(args, data, runs / f"nanogpt-lr{lr:g}-0.json", lr, 0)
                 for lr in args.nanogpt_lrs}
@@ -166,8 +169,11 @@ def versus_nanogpt(args) -> None:
                   f"(nanoGPT's target {target:.4f})", flush=True)
     budgets = {f"{seconds:g}": spread([run["bpb"] for run in results])
                for seconds, results in ours.items()}
-    reached = time_to_reach([{"seconds": s, "bpb": budgets[f"{s:g}"]["median"]}
-                             for s in sorted(ours)], target)
+    medians = [{"seconds": s, "bpb": budgets[f"{s:g}"]["median"]} for s in sorted(ours)]
+    reached = time_to_reach(medians, target)
+    crossing = ("beyond the longest budget" if reached is None else
+                "at or before the shortest budget" if medians[0]["bpb"] <= target else
+                "between budgets, read linearly")
     nanogpt_seconds = args.nanogpt_minutes * 60
     ratio = None if reached is None else nanogpt_seconds / reached
     print(f"nanoGPT {args.nanogpt_minutes:g} min at its best rate {best_lr:g}: median "
@@ -177,12 +183,15 @@ def versus_nanogpt(args) -> None:
     plot(ours, searched, theirs, best_lr, target, RESULTS / f"{stem}.png", args)
     write_results(RESULTS / f"{stem}.json", {
         "machine": machine(threads=int(THREADS)), "model": args.model or "auto",
+        "lmlab_model_config": json.loads(
+            (runs / f"lmlab-{min(ours):g}s-0" / "config.json").read_text())["model"],
         "seeds": args.seeds, "nanogpt_minutes": args.nanogpt_minutes,
         "nanogpt_search": {f"{lr:g}": run["final_bpb"] for lr, run in searched.items()},
         "nanogpt_lr": best_lr, "nanogpt": theirs,
         "nanogpt_final": spread([run["final_bpb"] for run in theirs]),
         "lmlab": {f"{seconds:g}": results for seconds, results in ours.items()},
         "lmlab_final": budgets, "lmlab_seconds_to_nanogpt_median": reached,
+        "crossing": crossing,
         "time_ratio": ratio}, args.work)
 
 
