@@ -167,9 +167,8 @@ def versus_nanogpt(args) -> None:
             ours[seconds].append({**result, "curve": lmlab_curve(run)})
             print(f"lmlab {seconds:g} s, seed {seed}: {result['bpb']:.4f} bpb "
                   f"(nanoGPT's target {target:.4f})", flush=True)
-    budgets = {f"{seconds:g}": spread([run["bpb"] for run in results])
-               for seconds, results in ours.items()}
-    medians = [{"seconds": s, "bpb": budgets[f"{s:g}"]["median"]} for s in sorted(ours)]
+    finals = {seconds: spread([run["bpb"] for run in results]) for seconds, results in ours.items()}
+    medians = [{"seconds": s, "bpb": finals[s]["median"]} for s in sorted(finals)]
     reached = time_to_reach(medians, target)
     crossing = ("beyond the longest budget" if reached is None else
                 "at or before the shortest budget" if medians[0]["bpb"] <= target else
@@ -190,7 +189,8 @@ def versus_nanogpt(args) -> None:
         "nanogpt_lr": best_lr, "nanogpt": theirs,
         "nanogpt_final": spread([run["final_bpb"] for run in theirs]),
         "lmlab": {f"{seconds:g}": results for seconds, results in ours.items()},
-        "lmlab_final": budgets, "lmlab_seconds_to_nanogpt_median": reached,
+        "lmlab_final": {f"{s:g}": final for s, final in finals.items()},
+        "lmlab_seconds_to_nanogpt_median": reached,
         "crossing": crossing,
         "time_ratio": ratio}, args.work)
 
